@@ -1,0 +1,57 @@
+# agentworkers: the two commands a newcomer needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+CLUSTER := $(BIN)/python hack/localcluster.py
+
+.PHONY: help demo test unit e2e lint format typecheck crds cluster-up cluster-down cluster-status bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: $(BIN)/.installed ## run the demo on the local control plane (builds it on first use)
+	$(BIN)/python hack/demo.py
+
+test: $(BIN)/.installed ## every test: unit, then end-to-end on the local control plane
+	$(BIN)/pytest
+
+unit: $(BIN)/.installed ## unit tests only (no cluster)
+	$(BIN)/pytest tests/unit
+
+e2e: $(BIN)/.installed ## end-to-end tests only
+	$(BIN)/pytest tests/e2e
+
+lint: $(BIN)/.installed ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(BIN)/.installed
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: $(BIN)/.installed
+	$(BIN)/mypy
+
+crds: $(BIN)/.installed ## regenerate crds/ from the models
+	$(BIN)/python -m agentworkers.crdgen crds
+
+cluster-up: $(BIN)/.installed ## start the local control plane (etcd, apiserver, controllers, kwok)
+	$(CLUSTER) up
+
+cluster-down: $(BIN)/.installed ## stop it and remove its state
+	$(CLUSTER) down
+
+cluster-status: $(BIN)/.installed
+	$(CLUSTER) status
+
+bench: $(BIN)/.installed ## run the benchmarks
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean: cluster-down
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,91 @@
+"""End-to-end fixtures: one real API server per session, a fresh namespace per test.
+
+By default the session brings up the local control plane (hack/localcluster.py),
+reusing one that is already running and leaving it running if it was. With
+AGENTWORKERS_CLUSTER=existing the tests use the cluster KUBECONFIG points at
+(a kind cluster, say) instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from tests.e2e.support import Cluster, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = REPO / "crds"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+def _localcluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO / "hack" / "localcluster.py"), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    if os.environ.get("AGENTWORKERS_CLUSTER") == "existing":
+        kubeconfig = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
+        bin_dir = None
+        started = False
+    else:
+        started = _localcluster("status").returncode != 0
+        up = _localcluster("up", "--json")
+        if up.returncode != 0:
+            pytest.fail("the local control plane did not come up (its output is above)")
+        info = json.loads(up.stdout.strip().splitlines()[-1])
+        kubeconfig, bin_dir = Path(info["kubeconfig"]), Path(info["binDir"])
+    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+    cluster = Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, api=api)
+    _apply_crds(cluster)
+    try:
+        yield cluster
+    finally:
+        api.close()
+        if started and not os.environ.get("AGENTWORKERS_KEEP_CLUSTER"):
+            _localcluster("down")
+
+
+def _apply_crds(cluster: Cluster) -> None:
+    files = sorted(CRDS.glob("*.yaml"))
+    if not files:
+        return
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"-f={f}" for f in files))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"-f={f}" for f in files)
+    )
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace of the test's own, deleted (and waited for) afterwards."""
+    stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    core.create_namespace({"metadata": {"name": name, "labels": {"agentworkers.io/test": "e2e"}}})
+    # Namespaces get their default service account from the controller manager.
+    wait_until(
+        "the namespace's default service account",
+        lambda: core.list_namespaced_service_account(name).items,
+        timeout=30,
+    )
+    yield name
+    core.delete_namespace(name)
