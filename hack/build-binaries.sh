@@ -28,6 +28,7 @@ have_all() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
     [ -x "$bin/$b" ] || return 1
   done
+  [ -s "$bin/kwok-stages.yaml" ]
 }
 
 build_kubernetes() {
@@ -90,6 +91,18 @@ build_kwok() {
   GOBIN="$bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 
+kwok_stages() {
+  # kwok runs no stage it is not given: take its own "fast" node and pod stages (nodes
+  # go Ready and keep a lease; pods run; Job pods complete; deleted pods go away).
+  local src
+  src=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/kustomize/stage
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+    pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    echo "---"
+    cat "$src/$f"
+  done >"$bin/kwok-stages.yaml"
+}
+
 if have_all; then
   echo "$bin"
   exit 0
@@ -97,6 +110,7 @@ fi
 start=$(date +%s)
 [ -x "$bin/etcd" ] || build_etcd
 [ -x "$bin/kwok" ] || build_kwok
+[ -s "$bin/kwok-stages.yaml" ] || kwok_stages
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [ -x "$bin/$b" ] || { build_kubernetes; break; }
 done

@@ -213,17 +213,13 @@ def free_port() -> int:
 
 
 def alive(pid: int) -> bool:
+    """Is the process there and not a zombie? (In a container, PID 1 may never reap it.)"""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); treat it as gone.
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    return True
+    # The state letter follows the parenthesised command name, which may hold spaces.
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def start(state: State, name: str, args: list[str]) -> None:
@@ -435,6 +431,7 @@ def up(args: argparse.Namespace) -> int:
     ])
     start(state, "kwok", [
         f"--kubeconfig={STATE_DIR / 'kwok.kubeconfig'}",
+        f"--config={Path(bin_dir) / 'kwok-stages.yaml'}",
         "--manage-all-nodes=false",
         f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
         "--node-ip=127.0.0.1", f"--cidr={POD_CIDR}",

@@ -204,4 +204,5 @@ def test_rbac_refuses_a_service_account_its_role_does_not_cover(
         with pytest.raises(ApiException) as refused:
             reader.list_namespaced_secret(namespace)
         assert refused.value.status == 403
-        assert f'User "{subject}" cannot list resource "secrets"' in refused.value.body
+        message = json.loads(refused.value.body)["message"]
+        assert f'User "{subject}" cannot list resource "secrets"' in message

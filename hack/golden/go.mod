@@ -1,0 +1,3 @@
+module agentworkers.local/golden
+
+go 1.26
