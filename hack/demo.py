@@ -32,7 +32,9 @@ def main() -> int:
         check=True,
     )
     info = json.loads(up.stdout.strip().splitlines()[-1])
-    env = dict(os.environ, KUBECONFIG=info["kubeconfig"], PATH=f"{info['binDir']}:{os.environ['PATH']}")
+    env = dict(
+        os.environ, KUBECONFIG=info["kubeconfig"], PATH=f"{info['binDir']}:{os.environ['PATH']}"
+    )
 
     def kubectl(*args: str, stdin: str | None = None, show: bool = True) -> str:
         if show:

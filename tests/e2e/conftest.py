@@ -19,7 +19,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from tests.e2e.support import Cluster, wait_until
+from tests.e2e.support import Cluster, Operator, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = REPO / "crds"
@@ -89,3 +89,10 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
     )
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    """The operator, cluster-wide, with its admission webhook, for the whole session."""
+    with Operator.start(cluster, tmp_path_factory.mktemp("operator")) as running:
+        yield running

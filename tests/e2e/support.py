@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +23,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Cluster:
-    """A running API server: the local control plane, or the user's (AGENTWORKERS_CLUSTER=existing)."""
+    """A running API server: the local control plane, or (AGENTWORKERS_CLUSTER=existing) yours."""
 
     kubeconfig: Path
     bin_dir: Path | None
@@ -65,3 +70,107 @@ def wait_until(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Operator:
+    """`agentworkers operator` as a subprocess: the way a user runs it, on loopback ports."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+    metrics_url: str
+    args: list[str]
+    env: dict[str, str]
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, cluster: Cluster, workdir: Path, *extra: str) -> Iterator[Operator]:
+        log = workdir / "operator.log"
+        metrics_port = free_port()
+        args = [
+            sys.executable,
+            "-m",
+            "agentworkers.cli",
+            "operator",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--webhook-port={free_port()}",
+            f"--metrics-port={metrics_port}",
+            f"--liveness=http://127.0.0.1:{free_port()}/healthz",
+            f"--tls-dir={workdir / 'tls'}",
+            *extra,
+        ]
+        running = cls(
+            cls._spawn(args, cluster.env, log),
+            log,
+            f"http://127.0.0.1:{metrics_port}/metrics",
+            args,
+            cluster.env,
+        )
+        try:
+            wait_until("the operator to serve its metrics", running.ready, timeout=60)
+            if "--no-webhook" not in extra:
+                wait_until(
+                    "the operator's admission webhook to be registered",
+                    lambda: (
+                        cluster.kubectl(
+                            "get",
+                            "validatingwebhookconfiguration",
+                            "agentworkers.io",
+                            check=False,
+                        ).returncode
+                        == 0
+                    ),
+                    timeout=60,
+                )
+            yield running
+        finally:
+            running.stop()
+
+    @staticmethod
+    def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def restart(self) -> None:
+        """Stop (SIGTERM) and start again, as a rollout or a crash-restart would."""
+        self.stop()
+        self.process = self._spawn(self.args, self.env, self.log)
+        wait_until("the restarted operator to serve its metrics", self.ready, timeout=60)
+
+    def reconciles(self) -> int:
+        """AgentConfig reconcile passes this process has finished (from its own metrics)."""
+        for line in self.metrics().splitlines():
+            if line.startswith("agentworkers_config_reconcile_seconds_count"):
+                return int(float(line.split()[-1]))
+        return 0
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the operator exited:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -25,7 +25,10 @@ def pod(name: str, **spec: object) -> dict[str, object]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [{"name": "main", "image": PAUSE, **spec.pop("container", {})}], **spec},
+        "spec": {
+            "containers": [{"name": "main", "image": PAUSE, **spec.pop("container", {})}],
+            **spec,
+        },
     }
 
 
@@ -142,9 +145,7 @@ def test_garbage_collector_removes_a_pod_whose_owner_is_deleted(
     wait_until("the garbage collector to delete the owned pod", gone)
 
 
-def test_pod_security_restricted_refuses_a_privileged_pod(
-    cluster: Cluster, namespace: str
-) -> None:
+def test_pod_security_restricted_refuses_a_privileged_pod(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
@@ -188,8 +189,15 @@ def test_rbac_refuses_a_service_account_its_role_does_not_cover(
         },
     )
     subject = f"system:serviceaccount:{namespace}:reader"
-    assert cluster.kubectl("auth", "can-i", "list", "configmaps", "-n", namespace, "--as", subject).stdout.strip() == "yes"
-    denied = cluster.kubectl("auth", "can-i", "list", "secrets", "-n", namespace, "--as", subject, check=False)
+    assert (
+        cluster.kubectl(
+            "auth", "can-i", "list", "configmaps", "-n", namespace, "--as", subject
+        ).stdout.strip()
+        == "yes"
+    )
+    denied = cluster.kubectl(
+        "auth", "can-i", "list", "secrets", "-n", namespace, "--as", subject, check=False
+    )
     assert denied.stdout.strip() == "no"
 
     # And for real: the account's own token, issued by the API server, is refused.

@@ -1,0 +1,175 @@
+"""AgentConfig: one configured top-level agent (its name is the agent id)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictFloat, StrictInt, StrictStr
+
+from agentworkers.api.common import Condition, KubeModel, conditions_field
+from agentworkers.api.profile import ProfileEntry
+from agentworkers.virtualagent import (
+    DEFAULT_MAX_PROFILES,
+    MAX_INSTRUCTIONS_BYTES,
+    MAX_MAX_STEPS,
+    MAX_MAX_TOKEN_BUDGET,
+    MAX_MAX_TOKENS,
+    MAX_MODEL_LENGTH,
+)
+
+Name = StrictStr
+DEFAULT_REVISION_HISTORY_LIMIT = 10
+
+
+class ModelDefaults(KubeModel):
+    """The model a worker of this agent talks to, unless a profile narrows it."""
+
+    provider: StrictStr = Field(
+        default="openai",
+        description="Driver that talks to the model: `openai` (any OpenAI-compatible "
+        "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
+        min_length=1,
+    )
+    model: StrictStr = Field(
+        description="Model name sent to the provider.", min_length=1, max_length=MAX_MODEL_LENGTH
+    )
+    base_url: StrictStr | None = Field(
+        default=None,
+        alias="baseURL",
+        description="Base URL of the OpenAI-compatible endpoint (e.g. http://vllm:8000/v1).",
+    )
+    api_key_secret: StrictStr | None = Field(
+        default=None,
+        description="Secret (key `apiKey`) holding the endpoint's API key; it must also be "
+        "listed in allowedSecrets.",
+    )
+    temperature: StrictFloat | None = Field(
+        default=None, description="Sampling temperature, 0 to 2.", ge=0, le=2
+    )
+    max_tokens: StrictInt | None = Field(
+        default=None,
+        description="Most tokens one model reply may use; a profile can only lower it.",
+        ge=1,
+        le=MAX_MAX_TOKENS,
+    )
+    reasoning_effort: Literal["off", "low", "medium", "high"] | None = Field(
+        default=None, description="How hard the model thinks: off, low, medium or high."
+    )
+
+
+class Limits(KubeModel):
+    """Run limits of a worker; a profile can only tighten them."""
+
+    max_steps: StrictInt | None = Field(
+        default=None, description="Most agent-loop steps one run may take.", ge=1, le=MAX_MAX_STEPS
+    )
+    token_budget: StrictInt | None = Field(
+        default=None,
+        description="Most tokens one run may spend in all; omit for no budget.",
+        ge=1,
+        le=MAX_MAX_TOKEN_BUDGET,
+    )
+
+
+class McpServer(KubeModel):
+    """A Model Context Protocol server the agent's workers may call."""
+
+    name: Name = Field(description="Name a profile's pausedServers refers to.", min_length=1)
+    url: StrictStr | None = Field(default=None, description="Where the server listens.")
+    tools: tuple[Name, ...] = Field(default=(), description="Tools the server offers.")
+
+
+class WorkerTemplate(KubeModel):
+    """Knobs of the pod each worker of this agent runs in."""
+
+    image: StrictStr = Field(
+        default="ghcr.io/agentworkers/agentworkers:0.1.0",
+        description="Image of the worker runtime.",
+        min_length=1,
+    )
+    resources: dict[str, dict[str, StrictStr]] | None = Field(
+        default=None,
+        description="Container resources (requests and limits), as in a Pod.",
+    )
+    sandbox_size: StrictStr = Field(
+        default="1Gi",
+        description="Size limit of the emptyDir sandbox mounted as the working directory.",
+    )
+    deadline_seconds: StrictInt | None = Field(
+        default=None,
+        description="activeDeadlineSeconds of the pod: the longest a run may take.",
+        ge=1,
+    )
+
+
+class VirtualAgents(KubeModel):
+    """The virtual-agent profiles of this agent, declared in the config itself."""
+
+    max_profiles: StrictInt = Field(
+        default=0,
+        description=f"Most profiles the effective map may hold; 0 means {DEFAULT_MAX_PROFILES}.",
+        ge=0,
+    )
+    profiles: tuple[ProfileEntry, ...] = Field(
+        default=(),
+        description="Profiles, each with a unique key. Over a standalone "
+        "VirtualAgentProfile of the same key, these win.",
+    )
+
+
+class AgentConfigSpec(KubeModel):
+    """A top-level agent: its model, skills, tools, limits, worker pods and profiles."""
+
+    description: StrictStr = Field(default="", description="What the agent is for.")
+    model: ModelDefaults = Field(description="Model defaults of the agent's workers.")
+    skills: tuple[Name, ...] = Field(default=(), description="Skills the agent's workers have.")
+    tools: tuple[Name, ...] = Field(default=(), description="Built-in tools offered to the model.")
+    mcp_servers: tuple[McpServer, ...] = Field(
+        default=(), description="MCP servers whose tools are offered to the model."
+    )
+    limits: Limits = Field(default_factory=Limits, description="Run limits.")
+    instructions: StrictStr = Field(
+        default="",
+        description=f"System instructions, at most {MAX_INSTRUCTIONS_BYTES} bytes.",
+        max_length=MAX_INSTRUCTIONS_BYTES,
+    )
+    allowed_secrets: tuple[Name, ...] = Field(
+        default=(),
+        description="Secrets a worker of this agent may be given (a Worker may ask for fewer).",
+    )
+    worker: WorkerTemplate = Field(
+        default_factory=WorkerTemplate, description="The pod each worker runs in."
+    )
+    virtual_agents: VirtualAgents | None = Field(
+        default=None,
+        description="Virtual-agent profiles declared in the config (the revision door).",
+    )
+    revision_history_limit: StrictInt = Field(
+        default=DEFAULT_REVISION_HISTORY_LIMIT,
+        description="How many old AgentConfigRevisions to keep; one a live Worker pins is "
+        "always kept.",
+        ge=1,
+    )
+
+
+class RevisionRef(KubeModel):
+    """Which AgentConfigRevision is in force."""
+
+    name: StrictStr = Field(description="Name of the AgentConfigRevision.")
+    revision: StrictInt = Field(description="Its revision id, monotonic per AgentConfig.")
+    digest: StrictStr = Field(description="SHA-256 of its canonical content.")
+
+
+class AgentConfigStatus(KubeModel):
+    """What the operator observed and derived."""
+
+    observed_generation: StrictInt | None = Field(
+        default=None, description="The .metadata.generation this status describes."
+    )
+    active_revision: RevisionRef | None = Field(
+        default=None, description="The revision new workers of this agent freeze."
+    )
+    profiles: StrictInt | None = Field(
+        default=None, description="Number of profiles in the active revision's map."
+    )
+    conditions: tuple[Condition, ...] = conditions_field()

@@ -1,0 +1,46 @@
+"""Status conditions, the Kubernetes way: a list keyed by type, transitions timestamped."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Literal
+
+from agentworkers.api.common import MAX_CONDITION_MESSAGE, Condition
+
+Status = Literal["True", "False", "Unknown"]
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate(message: str, limit: int = MAX_CONDITION_MESSAGE) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    type_: str,
+    status: Status,
+    reason: str,
+    message: str,
+    generation: int | None,
+    at: str | None = None,
+) -> tuple[Condition, ...]:
+    """Conditions with `type_` set; its transition time moves only when its status does."""
+    previous = next((c for c in conditions if c.type == type_), None)
+    changed = previous is None or previous.status != status
+    updated = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=truncate(message),
+        observed_generation=generation,
+        last_transition_time=(at or now()) if changed else previous.last_transition_time,
+    )
+    return (*(c for c in conditions if c.type != type_), updated)
+
+
+def find(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)

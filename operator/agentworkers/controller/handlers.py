@@ -1,0 +1,88 @@
+"""kopf registrations. Each handler parses, delegates and returns; the work is elsewhere.
+
+Handlers are synchronous: kopf runs them in its thread pool, where the blocking
+`kubernetes` client belongs (never on the event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+import kubernetes
+
+from agentworkers import metrics
+from agentworkers.api import GROUP, VERSION
+from agentworkers.controller import configs
+from agentworkers.controller.options import Options
+from agentworkers.storage import Storage
+
+log = logging.getLogger(__name__)
+
+AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
+PROFILES = (GROUP, VERSION, "virtualagentprofiles")
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    options: Options = memo.options
+    # Our own prefixes from the first release: changing them later re-handles every object.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # We post our own Events with reasons; kopf's per-handler chatter stays in the log.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = options.watch_timeout
+    settings.execution.max_workers = options.workers
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
+    settings.peering.standalone = options.standalone
+    if options.peering:
+        settings.peering.name = options.peering
+    if options.webhook_port is not None:
+        settings.admission.server = options.webhook_server()
+        settings.admission.managed = GROUP
+    config = kubernetes.client.Configuration()
+    if options.kubeconfig:
+        kubernetes.config.load_kube_config(
+            config_file=options.kubeconfig, client_configuration=config
+        )
+    else:
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=config)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=config)
+    memo.api = kubernetes.client.ApiClient(config)
+    memo.storage = Storage(memo.api)
+
+
+@kopf.on.cleanup()
+def close(memo: kopf.Memo, **_: Any) -> None:
+    memo.api.close()
+
+
+@kopf.on.resume(*AGENT_CONFIGS)
+@kopf.on.create(*AGENT_CONFIGS)
+@kopf.on.update(*AGENT_CONFIGS, field="spec")
+def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile(memo.storage, namespace, name, "agentconfig")
+
+
+@kopf.on.event(*PROFILES)
+def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """Any change to a profile (including its deletion) re-resolves its agent's map."""
+    body = event.get("object") or {}
+    agent = (body.get("spec") or {}).get("agent")
+    if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
+        return
+    _reconcile(memo.storage, body["metadata"]["namespace"], agent, "profile")
+
+
+def _reconcile(storage: Storage, namespace: str, name: str, handler: str) -> None:
+    try:
+        configs.reconcile(storage, namespace, name)
+    except kubernetes.client.ApiException as e:
+        metrics.HANDLER_ERRORS.labels(handler=handler).inc()
+        raise kopf.TemporaryError(f"API error {e.status} {e.reason}; retrying", delay=5) from e

@@ -1,0 +1,41 @@
+"""How the operator is run: what `agentworkers operator` parses into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kopf
+
+from agentworkers.controller.tls import self_signed
+
+
+@dataclass(frozen=True)
+class Options:
+    namespaces: tuple[str, ...] = ()  # empty: cluster-wide
+    kubeconfig: str | None = None
+    # Admission webhook: None disables it (the handlers still refuse bad input).
+    webhook_port: int | None = 9443
+    webhook_addr: str = "127.0.0.1"
+    # The name the API server dials; defaults to webhook_addr.
+    webhook_host: str | None = None
+    tls_dir: Path = field(default_factory=lambda: Path("/tmp/agentworkers-webhook"))
+    metrics_port: int | None = 8080
+    metrics_addr: str = "127.0.0.1"
+    liveness: str | None = "http://127.0.0.1:8081/healthz"
+    standalone: bool = True
+    peering: str | None = None
+    workers: int = 16
+    watch_timeout: int = 270
+
+    def webhook_server(self) -> kopf.WebhookServer:
+        host = self.webhook_host or self.webhook_addr
+        cert, key = self_signed(self.tls_dir, [host, self.webhook_addr])
+        return kopf.WebhookServer(
+            addr=self.webhook_addr,
+            port=self.webhook_port,
+            host=host,
+            certfile=str(cert),
+            pkeyfile=str(key),
+            cafile=str(cert),
+        )

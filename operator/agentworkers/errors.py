@@ -1,0 +1,34 @@
+"""Turning refusals into messages that name the field and the rule."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
+
+from agentworkers.virtualagent import VirtualAgentError
+
+
+class InvalidSpecError(VirtualAgentError):
+    """A spec that does not even decode: a wrong type or an unknown field."""
+
+    reason = "InvalidSpec"
+
+
+def _segment(part: str | int) -> str:
+    return f"[{part}]" if isinstance(part, int) else f".{to_camel(part) if '_' in part else part}"
+
+
+def describe(error: ValidationError, prefix: str = "spec") -> InvalidSpecError:
+    """The first decoding problem, as `spec.overlay.providers: unknown field`."""
+    problems = []
+    for item in error.errors():
+        path = prefix + "".join(_segment(p) for p in item["loc"])
+        rule = (
+            "unknown field (not part of the schema)"
+            if item["type"] == "extra_forbidden"
+            else item["msg"]
+        )
+        problems.append((path, rule))
+    path, rule = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return InvalidSpecError(path, rule + more)

@@ -1,0 +1,238 @@
+"""The config plane's decisions, with no I/O: effective profile maps, digests, revisions.
+
+A profile comes in through one of two doors: a standalone VirtualAgentProfile, or the
+AgentConfig's `virtualAgents` section. The effective map puts the section over the
+standalone profiles (same key: the section's wins), normalises and validates it with
+the map rules, and freezes it into an AgentConfigRevision with a digest. The same
+content never cuts a new revision; new content gets the next revision id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pydantic.alias_generators import to_camel
+
+from agentworkers.api import (
+    AgentConfigRevisionSpec,
+    AgentConfigSpec,
+    FrozenProfile,
+    FrozenProfileMap,
+)
+from agentworkers.api.profile import VirtualAgentProfileSpec
+from agentworkers.virtualagent import (
+    DEFAULT_MAX_PROFILES,
+    FrozenMap,
+    InvalidMapError,
+    Profile,
+    ProfileMap,
+    VirtualAgentError,
+    normalize_profile,
+    validate_map,
+    validate_profile,
+)
+from agentworkers.virtualagent.canonical import canonical_json, sha256_hex
+
+SECTION_SOURCE = "AgentConfig"
+
+
+def kube_path(field_path: str, prefix: str) -> str:
+    """`overlay.max_tokens` under `spec` -> `spec.overlay.maxTokens` (what the user wrote)."""
+    if not field_path:
+        return prefix
+    camel = ".".join(
+        re.sub(r"^[a-z_]+", lambda m: to_camel(m.group(0)), part) for part in field_path.split(".")
+    )
+    return f"{prefix}.{camel}" if prefix else camel
+
+
+def standalone_source(name: str) -> str:
+    return f"VirtualAgentProfile/{name}"
+
+
+@dataclass(frozen=True)
+class Standalone:
+    """A VirtualAgentProfile as the config plane sees it."""
+
+    name: str
+    spec: VirtualAgentProfileSpec
+
+
+@dataclass(frozen=True)
+class EffectiveMap:
+    """The map a revision freezes, with where each profile came from."""
+
+    profile_map: ProfileMap
+    sources: dict[str, str]
+    # Standalone profiles a section profile of the same key overrides.
+    overridden: tuple[str, ...] = field(default=())
+
+    def frozen(self) -> FrozenProfileMap:
+        return FrozenProfileMap(
+            owner=self.profile_map.owner,
+            max_profiles=self.profile_map.max_profiles or DEFAULT_MAX_PROFILES,
+            profiles=tuple(
+                FrozenProfile(profile=p, hash=p.hash(), source=self.sources[p.key])
+                for p in self.profile_map.profiles
+            ),
+        )
+
+
+def check_standalone(spec: VirtualAgentProfileSpec) -> Profile:
+    """A standalone profile, validated on its own and normalised; errors name `spec.*` paths."""
+    return canonical(spec.profile(), "spec")
+
+
+def canonical(profile: Profile, where: str) -> Profile:
+    """Validate the profile as written (a blank list entry is an error, not something to
+    drop quietly), then normalise it. Errors name the path the user wrote, under `where`."""
+    try:
+        validate_profile(profile)
+    except VirtualAgentError as error:
+        raise type(error)(kube_path(error.field, where), error.rule) from error
+    return normalize_profile(profile)
+
+
+def effective_map(
+    agent: str, spec: AgentConfigSpec, standalone: Iterable[Standalone]
+) -> EffectiveMap:
+    """Resolve, normalise and validate the agent's effective profile map.
+
+    Raises a `VirtualAgentError` whose field is the path the user wrote: `spec.virtualAgents
+    .profiles[2].overlay.maxTokens` for the section, `VirtualAgentProfile/<name>: spec...`
+    for a standalone profile, `spec.virtualAgents` for map-wide rules.
+    """
+    section = spec.virtual_agents.profiles if spec.virtual_agents else ()
+    max_profiles = spec.virtual_agents.max_profiles if spec.virtual_agents else 0
+    chosen: dict[str, Profile] = {}
+    sources: dict[str, str] = {}
+    overridden: list[str] = []
+
+    section_keys: set[str] = set()
+    for index, entry in enumerate(section):
+        where = f"spec.virtualAgents.profiles[{index}]"
+        profile = canonical(entry.to_profile(agent), where)
+        if profile.key in section_keys:
+            raise InvalidMapError(f"{where}.key", f"duplicate key {profile.key!r} in the section")
+        section_keys.add(profile.key)
+        chosen[profile.key] = profile
+        sources[profile.key] = SECTION_SOURCE
+
+    for item in sorted(standalone, key=lambda s: s.name):
+        profile = canonical(item.spec.profile(), f"{standalone_source(item.name)}: spec")
+        if profile.key in section_keys:
+            overridden.append(item.name)
+            continue
+        if profile.key in chosen:
+            raise InvalidMapError(
+                f"{standalone_source(item.name)}: spec.key",
+                f"duplicate key {profile.key!r}: {sources[profile.key]} declares it too",
+            )
+        chosen[profile.key] = profile
+        sources[profile.key] = standalone_source(item.name)
+
+    profile_map = ProfileMap(
+        owner=agent,
+        max_profiles=max_profiles,
+        profiles=tuple(chosen[k] for k in sorted(chosen)),
+    )
+    try:
+        validate_map(profile_map)
+    except VirtualAgentError as error:
+        raise InvalidMapError(kube_path(error.field, "spec.virtualAgents"), error.rule) from error
+    return EffectiveMap(profile_map, sources, tuple(overridden))
+
+
+def digest(spec: AgentConfigSpec, profile_map: FrozenProfileMap) -> str:
+    """SHA-256 of the canonical JSON (the virtualagent package's) of config plus frozen map."""
+    document = {
+        "config": spec.model_dump(by_alias=True, exclude_none=True, mode="json"),
+        "profileMap": profile_map.model_dump(by_alias=True, exclude_none=True, mode="json"),
+    }
+    return sha256_hex(canonical_json(document))
+
+
+def revision_name(agent: str, revision: int) -> str:
+    """Deterministic, so a retry after a crash finds the revision it made."""
+    return f"{agent}-r{revision}"
+
+
+@dataclass(frozen=True)
+class ExistingRevision:
+    name: str
+    revision: int
+    digest: str
+    owner_uid: str | None
+
+
+@dataclass(frozen=True)
+class RevisionPlan:
+    """What the handler does: create `create` (if any), point status at `active`, prune."""
+
+    active: ExistingRevision
+    create: AgentConfigRevisionSpec | None
+    prune: tuple[str, ...]
+
+
+def plan_revision(
+    agent: str,
+    spec: AgentConfigSpec,
+    effective: EffectiveMap,
+    existing: Sequence[ExistingRevision],
+    active_name: str | None,
+    pinned: Iterable[str] = (),
+) -> RevisionPlan:
+    """Decide the next revision.
+
+    Content equal to the active revision's changes nothing (a re-apply, an operator
+    restart). Otherwise the next id is one past the highest ever kept, so ids only grow:
+    going back to earlier content is a new revision, like a revert commit. A revision
+    created before a crash, but not yet made active, is adopted rather than duplicated.
+    """
+    frozen = effective.frozen()
+    content_digest = digest(spec, frozen)
+    by_name = {r.name: r for r in existing}
+    newest = max(existing, key=lambda r: r.revision, default=None)
+    current = by_name.get(active_name or "") or newest
+    create: AgentConfigRevisionSpec | None = None
+    if current is not None and current.digest == content_digest:
+        active = current
+    elif newest is not None and newest.digest == content_digest:
+        active = newest  # made on a pass that crashed before it wrote status
+    else:
+        number = (newest.revision if newest else 0) + 1
+        create = AgentConfigRevisionSpec(
+            agent=agent, revision=number, digest=content_digest, config=spec, profile_map=frozen
+        )
+        active = ExistingRevision(revision_name(agent, number), number, content_digest, None)
+    return RevisionPlan(
+        active=active,
+        create=create,
+        prune=prunable(
+            existing, keep=spec.revision_history_limit, active=active.name, pinned=pinned
+        ),
+    )
+
+
+def prunable(
+    existing: Sequence[ExistingRevision], keep: int, active: str, pinned: Iterable[str]
+) -> tuple[str, ...]:
+    """Old revisions past the history limit, never the active one nor one a Worker pins."""
+    protected = {active, *pinned}
+    history = sorted(
+        (r for r in existing if r.name != active), key=lambda r: r.revision, reverse=True
+    )
+    # The active revision counts towards the limit: `keep` revisions in all.
+    return tuple(r.name for r in history[max(keep - 1, 0) :] if r.name not in protected)
+
+
+def frozen_map(revision: AgentConfigRevisionSpec) -> FrozenMap:
+    """The revision's map as the virtualagent package freezes it (for spawns and pins)."""
+    profile_map = ProfileMap(
+        owner=revision.profile_map.owner,
+        max_profiles=revision.profile_map.max_profiles,
+        profiles=tuple(p.profile for p in revision.profile_map.profiles),
+    )
+    return FrozenMap.freeze(profile_map, str(revision.revision), revision.digest)

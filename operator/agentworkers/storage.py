@@ -1,0 +1,194 @@
+"""The only code that calls the Kubernetes API. Everything above it deals in models."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
+from agentworkers.api.common import API_VERSION
+from agentworkers.revisions import ExistingRevision, revision_name
+
+log = logging.getLogger(__name__)
+
+AGENT_LABEL = f"{GROUP}/agent"
+REVISION_LABEL = f"{GROUP}/revision"
+FIELD_MANAGER = "agentworkers-operator"
+
+Body = Mapping[str, Any]
+
+
+class Conflict(Exception):
+    """A child already exists under our deterministic name but is not ours."""
+
+
+def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
+    """An ownerReference to `body`, so the garbage collector removes the child with it."""
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "name": body["metadata"]["name"],
+        "uid": body["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+@dataclass
+class Storage:
+    api: kubernetes.client.ApiClient
+
+    @property
+    def custom(self) -> kubernetes.client.CustomObjectsApi:
+        return kubernetes.client.CustomObjectsApi(self.api)
+
+    # --- generic ---------------------------------------------------------
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def list(
+        self, plural: str, namespace: str, selector: str | None = None
+    ) -> Iterator[dict[str, Any]]:
+        try:
+            found = self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, label_selector=selector or ""
+            )
+        except ApiException as e:
+            if e.status == 404:  # the CRD is not installed (yet)
+                return iter(())
+            raise
+        return iter(found.get("items", []))
+
+    def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch the status subresource; a vanished object is nothing to report on."""
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": dict(status)}
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # --- revisions -------------------------------------------------------
+
+    def revisions(self, namespace: str, agent: str) -> list[ExistingRevision]:
+        return [
+            ExistingRevision(
+                name=r["metadata"]["name"],
+                revision=int(r["spec"]["revision"]),
+                digest=r["spec"]["digest"],
+                owner_uid=next(
+                    (
+                        o["uid"]
+                        for o in r["metadata"].get("ownerReferences", [])
+                        if o.get("controller")
+                    ),
+                    None,
+                ),
+            )
+            for r in self.list("agentconfigrevisions", namespace, f"{AGENT_LABEL}={agent}")
+        ]
+
+    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
+        """Create the revision, or adopt the one a crashed earlier pass made with this content."""
+        namespace = config["metadata"]["namespace"]
+        name = revision_name(spec.agent, spec.revision)
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "AgentConfigRevision",
+            "metadata": {
+                "name": name,
+                "labels": {AGENT_LABEL: spec.agent},
+                "ownerReferences": [ref(config)],
+            },
+            "spec": spec.wire(),
+        }
+        try:
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentconfigrevisions", body
+            )
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            existing = self.get("agentconfigrevisions", namespace, name) or {}
+            owners = [o.get("uid") for o in existing.get("metadata", {}).get("ownerReferences", [])]
+            if (
+                existing.get("spec", {}).get("digest") != spec.digest
+                or config["metadata"]["uid"] not in owners
+            ):
+                raise Conflict(
+                    f"AgentConfigRevision {name} exists with other content or another owner"
+                ) from e
+        return ExistingRevision(name, spec.revision, spec.digest, config["metadata"]["uid"])
+
+    def delete_revision(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, "agentconfigrevisions", name
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def pinned_revisions(self, namespace: str, agent: str) -> set[str]:
+        """Revisions a live Worker of the agent pins (they outlive the history limit)."""
+        return {
+            w["metadata"]["labels"][REVISION_LABEL]
+            for w in self.list("workers", namespace, f"{AGENT_LABEL}={agent},{REVISION_LABEL}")
+        }
+
+    # --- events ----------------------------------------------------------
+
+    def post_event(self, body: Body, type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on `body`, as `kubectl describe` shows it.
+
+        Best effort: an Event that cannot be posted never fails a handler."""
+        from agentworkers.conditions import now, truncate  # noqa: PLC0415 (pure helpers)
+
+        meta = body["metadata"]
+        stamp = now()
+        event = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": truncate(message),
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": FIELD_MANAGER,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            kubernetes.client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], event)
+        except ApiException as e:
+            log.warning(
+                "could not post the %s Event on %s/%s: %s",
+                reason,
+                body["kind"],
+                meta["name"],
+                e.reason,
+            )

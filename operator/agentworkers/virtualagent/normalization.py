@@ -1,0 +1,151 @@
+"""Canonical forms: what two equal profiles are reduced to before they are hashed.
+
+A profile declared by hand and one read back from a revision normalise to the same
+value, so they hash the same. Normalisation trims the envelope's strings and the
+instructions, turns each name list into a sorted set, and fills in the output schema's
+hash. Omission stays byte-compatible: an empty exclusion list becomes ``None``, as if
+never written, while an explicit empty skill set stays (it narrows to no skills).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, cast
+
+from agentworkers.virtualagent.canonical import (
+    RawJSON,
+    canonical_json,
+    check_json,
+    profile_document,
+    sha256_hex,
+)
+from agentworkers.virtualagent.errors import InvalidProfileError
+from agentworkers.virtualagent.models import Overlay, Profile, ProfileMap
+from agentworkers.virtualagent.text import trim_space
+
+
+def sorted_set(names: Iterable[str] | None) -> tuple[str, ...] | None:
+    """Trim each name, drop blanks and duplicates, sort; ``None`` when nothing is left."""
+    kept = {trim_space(name) for name in names or ()}
+    kept.discard("")
+    return tuple(sorted(kept)) or None
+
+
+def output_schema_json(schema: dict[str, Any]) -> bytes:
+    """The output schema's canonical JSON; ``InvalidProfileError`` if JSON cannot carry it."""
+    try:
+        return canonical_json(schema)
+    except ValueError as exc:
+        raise _not_json(exc) from exc
+
+
+def check_output_schema(schema: dict[str, Any]) -> None:
+    """Raise as ``output_schema_json`` would, without encoding."""
+    try:
+        check_json(schema)
+    except ValueError as exc:
+        raise _not_json(exc) from exc
+
+
+def _not_json(exc: ValueError) -> InvalidProfileError:
+    return InvalidProfileError("output_schema", f"is not representable as JSON: {exc}")
+
+
+def copy_profile(profile: Profile) -> Profile:
+    """A copy of ``profile`` sharing no mutable value: only the output schema is mutable."""
+    return profile.model_copy(update={"output_schema": _copy_schema(profile.output_schema)})
+
+
+def _copy_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    # A JSON round trip is a faithful copy of a value JSON can carry, and fast.
+    return None if schema is None else cast(dict[str, Any], json.loads(json.dumps(schema)))
+
+
+def normalize_overlay(overlay: Overlay) -> Overlay:
+    """The canonical overlay: sorted, de-duplicated lists and trimmed instructions."""
+    skills = overlay.skills
+    return overlay.model_copy(
+        update={
+            # Presence of the skill set is meaning (narrow), so empty stays empty.
+            "skills": None if skills is None else sorted_set(skills) or (),
+            "disabled_tools": sorted_set(overlay.disabled_tools),
+            "paused_servers": sorted_set(overlay.paused_servers),
+            "instructions": trim_space(overlay.instructions),
+        }
+    )
+
+
+def _normalize(profile: Profile, *, copy: bool = True) -> tuple[Profile, bytes | None]:
+    """The canonical profile and its output schema's canonical JSON, computed once.
+
+    ``copy=False`` leaves the output schema shared, for a result used only to hash.
+    """
+    schema = profile.output_schema
+    schema_json = None if schema is None else output_schema_json(schema)
+    normal = profile.model_copy(
+        update={
+            "key": trim_space(profile.key),
+            "label": trim_space(profile.label),
+            "parent": trim_space(profile.parent),
+            "overlay": normalize_overlay(profile.overlay),
+            "input_patterns": sorted_set(profile.input_patterns),
+            "input_disposition": trim_space(profile.input_disposition),
+            "output_schema": _copy_schema(schema) if copy else schema,
+            "output_schema_hash": "" if schema_json is None else sha256_hex(schema_json),
+        }
+    )
+    return normal, schema_json
+
+
+def normalize_profile(profile: Profile) -> Profile:
+    """The canonical profile; it shares no mutable value with ``profile``.
+
+    Raises ``InvalidProfileError`` when the output schema is not representable as JSON.
+    """
+    return _normalize(profile)[0]
+
+
+def normalize_map(profile_map: ProfileMap) -> ProfileMap:
+    """The canonical map: normalised profiles sorted by key, one per key.
+
+    For a duplicate key the last profile wins; a profile whose key is blank is dropped.
+    """
+    by_key: dict[str, Profile] = {}
+    for profile in profile_map.profiles:
+        normal = normalize_profile(profile)
+        if normal.key:
+            by_key[normal.key] = normal
+    return profile_map.model_copy(
+        update={
+            "owner": trim_space(profile_map.owner),
+            "profiles": tuple(by_key[key] for key in sorted(by_key)),
+        }
+    )
+
+
+def _document_json(normal: Profile, schema_json: bytes | None) -> bytes:
+    document = profile_document(normal)
+    if schema_json is not None:
+        # Already canonical: embedded rather than encoded a second time.
+        document["output_schema"] = RawJSON(schema_json.decode("utf-8"))
+    try:
+        return canonical_json(document)
+    except ValueError as exc:
+        raise InvalidProfileError("", f"cannot be hashed: {exc}") from exc
+
+
+def profile_canonical_json(profile: Profile) -> bytes:
+    """The canonical JSON of the normalised profile: the bytes its hash is taken over."""
+    return _document_json(*_normalize(profile, copy=False))
+
+
+def profile_digest(profile: Profile) -> str:
+    """SHA-256 hex of ``profile_canonical_json``; ``Profile.hash`` delegates here."""
+    return sha256_hex(profile_canonical_json(profile))
+
+
+def normalize_and_hash(profile: Profile) -> tuple[Profile, str]:
+    """The canonical profile and its hash (``Profile.hash``), normalising only once."""
+    normal, schema_json = _normalize(profile)
+    return normal, sha256_hex(_document_json(normal, schema_json))

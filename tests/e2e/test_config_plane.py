@@ -1,0 +1,326 @@
+"""The config plane on a real API server: revisions, both profile doors, admission."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
+from agentworkers.revisions import Standalone, digest, effective_map
+from tests.e2e.support import Cluster, Operator, wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
+PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+
+def apply(cluster: Cluster, namespace: str, *objects: dict[str, Any], check: bool = True) -> Any:
+    """kubectl apply, in the order given (profiles before their config: one revision, not three)."""
+    return cluster.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin="\n---\n".join(json.dumps(o) for o in objects),
+        check=check,
+    )
+
+
+def active_revision(
+    cluster: Cluster, namespace: str, name: str = "planner"
+) -> dict[str, Any] | None:
+    status = cluster.kubectl_json("get", "agentconfig", name, "-n", namespace).get("status", {})
+    return status.get("activeRevision")
+
+
+def revisions(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    return cluster.kubectl_json("get", "agentconfigrevisions", "-n", namespace)["items"]
+
+
+def wait_for_revision(cluster: Cluster, namespace: str, number: int) -> dict[str, Any]:
+    return wait_until(
+        f"revision {number} to be active",
+        lambda: (a := active_revision(cluster, namespace)) and a["revision"] == number and a,
+    )
+
+
+def expected_digest(config: dict[str, Any], profiles: list[dict[str, Any]]) -> str:
+    spec = AgentConfigSpec.model_validate(config["spec"])
+    standalone = [
+        Standalone(p["metadata"]["name"], VirtualAgentProfileSpec.model_validate(p["spec"]))
+        for p in profiles
+    ]
+    return digest(spec, effective_map(config["metadata"]["name"], spec, standalone).frozen())
+
+
+def test_revisions_follow_changes_and_only_changes(
+    cluster: Cluster, namespace: str, operator: Operator
+) -> None:
+    apply(cluster, namespace, *PROFILES, CONFIG)
+    first = wait_for_revision(cluster, namespace, 1)
+    assert first["digest"] == expected_digest(CONFIG, PROFILES)
+    revision = cluster.kubectl_json("get", "agentconfigrevision", first["name"], "-n", namespace)
+    frozen = revision["spec"]["profileMap"]
+    assert [p["profile"]["key"] for p in frozen["profiles"]] == [
+        "researcher",
+        "reviewer",
+        "translator",
+    ]
+    assert {p["profile"]["key"]: p["source"] for p in frozen["profiles"]} == {
+        "researcher": "VirtualAgentProfile/planner-researcher",
+        "reviewer": "AgentConfig",
+        "translator": "VirtualAgentProfile/planner-translator",
+    }
+    assert revision["metadata"]["ownerReferences"][0]["kind"] == "AgentConfig"
+
+    # Editing a profile the map includes cuts revision 2.
+    edited = copy.deepcopy(PROFILES[0])
+    edited["spec"]["overlay"]["maxSteps"] = 15
+    apply(cluster, namespace, edited)
+    second = wait_for_revision(cluster, namespace, 2)
+    assert second["digest"] == expected_digest(CONFIG, [edited, PROFILES[1]])
+    profile = wait_until(
+        "the profile's status to name revision 2",
+        lambda: (
+            (p := cluster.kubectl_json("get", "vap", "planner-researcher", "-n", namespace))
+            .get("status", {})
+            .get("revision")
+            == second["name"]
+            and p
+        ),
+    )
+    frozen = cluster.kubectl_json("get", "acr", second["name"], "-n", namespace)["spec"][
+        "profileMap"
+    ]
+    assert profile["status"]["hash"] == next(
+        p["hash"] for p in frozen["profiles"] if p["profile"]["key"] == "researcher"
+    )
+
+    # Re-applying the same YAML, or restarting the operator (every object resumed),
+    # changes nothing: still revision 2, no new object, no new Event.
+    created = "reason=RevisionCreated"
+    events_before = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
+    ).stdout
+    assert "unchanged" in apply(cluster, namespace, CONFIG, edited, PROFILES[1]).stdout
+    operator.restart()
+    configs = len(cluster.kubectl_json("get", "agentconfigs", "-A")["items"])
+    wait_until(
+        "the restarted operator to resume every AgentConfig",
+        lambda: operator.reconciles() >= configs,
+    )
+    assert active_revision(cluster, namespace) == second
+    assert len(revisions(cluster, namespace)) == 2
+    events_after = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
+    ).stdout
+    assert events_after == events_before
+
+    # Deleting the AgentConfig takes its revisions with it (garbage collection).
+    cluster.kubectl("delete", "agentconfig", "planner", "-n", namespace)
+    wait_until("the revisions to be garbage-collected", lambda: not revisions(cluster, namespace))
+
+
+def test_a_section_profile_wins_over_a_standalone_one(cluster: Cluster, namespace: str) -> None:
+    shadow = copy.deepcopy(PROFILES[1])
+    shadow["metadata"]["name"] = "planner-reviewer"
+    shadow["spec"]["key"] = "reviewer"
+    apply(cluster, namespace, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    result = apply(cluster, namespace, shadow)
+    assert "wins over VirtualAgentProfile/planner-reviewer" in result.stderr  # admission warning
+    condition = wait_until(
+        "the shadowed profile to say it is overridden",
+        lambda: next(
+            (
+                c
+                for c in cluster.kubectl_json("get", "vap", "planner-reviewer", "-n", namespace)
+                .get("status", {})
+                .get("conditions", [])
+                if c["reason"] == "Overridden"
+            ),
+            None,
+        ),
+    )
+    assert condition["status"] == "False"
+    # The shadowed profile changes no content, so no new revision either.
+    assert active_revision(cluster, namespace)["revision"] == 1  # type: ignore[index]
+
+
+def _profile(**overrides: Any) -> dict[str, Any]:
+    profile = copy.deepcopy(PROFILES[1])
+    profile["metadata"]["name"] = "bad"
+    profile["spec"]["key"] = "bad"
+    profile["spec"].update(overrides)
+    return profile
+
+
+BAD_PROFILES = {
+    "max tokens below its minimum": (
+        _profile(overlay={"maxTokens": 0}),
+        "spec.overlay.maxTokens",
+    ),
+    "max steps above its maximum": (
+        _profile(overlay={"maxSteps": 100_001}),
+        "spec.overlay.maxSteps",
+    ),
+    "temperature above 2": (_profile(overlay={"temperature": 2.5}), "spec.overlay.temperature"),
+    "unknown reasoning effort": (
+        _profile(overlay={"reasoningEffort": "extreme"}),
+        "spec.overlay.reasoningEffort",
+    ),
+    "key outside the charset": (_profile(key="Bad_Key"), "spec.key"),
+    # 70 three-byte characters: within 200 characters, over 200 bytes. Only the webhook sees it.
+    "label over 200 bytes": (_profile(label="語" * 70), "spec.label"),
+    "blank skill": (_profile(overlay={"skills": ["  "]}), "spec.overlay.skills"),
+    "instructions over 16 KiB": (
+        _profile(overlay={"instructions": "é" * 8193}),
+        "spec.overlay.instructions",
+    ),
+    "an overlay field that would widen: providers": (
+        _profile(overlay={"providers": ["openai"]}),
+        'unknown field "spec.overlay.providers"',
+    ),
+    "an overlay field that would widen: memory": (
+        _profile(overlay={"memory": {"enabled": True}}),
+        'unknown field "spec.overlay.memory"',
+    ),
+    "duplicate key across standalone profiles": (
+        _profile(key="researcher"),
+        "duplicate key 'researcher'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_PROFILES), ids=list(BAD_PROFILES))
+def test_kubectl_apply_refuses_a_bad_profile_naming_the_field(
+    cluster: Cluster, namespace: str, case: str
+) -> None:
+    bad, field = BAD_PROFILES[case]
+    apply(cluster, namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    refused = apply(cluster, namespace, bad, check=False)
+    assert refused.returncode != 0, f"{case} was accepted"
+    assert field in refused.stderr, refused.stderr
+    assert cluster.kubectl("get", "vap", "bad", "-n", namespace, check=False).returncode != 0
+
+
+def test_the_profile_cap_is_enforced_across_both_doors(cluster: Cluster, namespace: str) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["virtualAgents"]["maxProfiles"] = 3
+    apply(cluster, namespace, *PROFILES, config)  # 1 in the section + 2 standalone = 3
+    wait_for_revision(cluster, namespace, 1)
+    refused = apply(cluster, namespace, _profile(key="fourth"), check=False)
+    assert refused.returncode != 0
+    assert "InvalidMap" in refused.stderr and "spec.virtualAgents" in refused.stderr
+    assert "3" in refused.stderr
+
+
+def test_kubectl_shows_useful_columns_and_explains_the_overlay(
+    cluster: Cluster, namespace: str
+) -> None:
+    apply(cluster, namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    wait_until(
+        "both profiles to be accepted",
+        lambda: (
+            "Included"
+            in cluster.kubectl("get", "vap", "planner-translator", "-n", namespace).stdout
+        ),
+    )
+    table = cluster.kubectl("get", "agentworkers", "-n", namespace).stdout
+    assert "agentconfig.agentworkers.io/planner" in table
+    assert "virtualagentprofile.agentworkers.io/planner-researcher" in table
+    assert "agentconfigrevision.agentworkers.io/planner-r1" in table
+    configs = cluster.kubectl("get", "ac", "-n", namespace).stdout.splitlines()
+    assert configs[0].split()[:6] == ["NAME", "MODEL", "REVISION", "PROFILES", "READY", "REASON"]
+    assert configs[1].split()[:6] == ["planner", "demo-large", "1", "3", "True", "RevisionActive"]
+
+    explained = cluster.kubectl("explain", "virtualagentprofile.spec.overlay").stdout
+    for name in (
+        "model",
+        "temperature",
+        "maxTokens",
+        "reasoningEffort",
+        "skills",
+        "disabledTools",
+        "pausedServers",
+        "maxSteps",
+        "tokenBudget",
+        "instructions",
+    ):
+        assert f"  {name}\t" in explained or f"  {name} " in explained, name
+    assert (
+        "intersection"
+        in cluster.kubectl("explain", "virtualagentprofile.spec.overlay.skills").stdout.lower()
+    )
+
+
+def test_revisions_are_immutable(cluster: Cluster, namespace: str) -> None:
+    apply(cluster, namespace, CONFIG)
+    first = wait_for_revision(cluster, namespace, 1)
+    refused = cluster.kubectl(
+        "patch",
+        "acr",
+        first["name"],
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"digest": "0" * 64}}),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "an AgentConfigRevision is immutable" in refused.stderr
+
+
+def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
+    cluster: Cluster, namespace: str, operator: Operator
+) -> None:
+    apply(cluster, namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    edited = copy.deepcopy(PROFILES[0])
+    edited["spec"]["overlay"]["maxSteps"] = 15
+    apply(cluster, namespace, edited)
+    second = wait_for_revision(cluster, namespace, 2)
+
+    saved = cluster.kubectl_json("get", "validatingwebhookconfiguration", "agentworkers.io")
+    cluster.kubectl("delete", "validatingwebhookconfiguration", "agentworkers.io")
+    try:
+        # Passes the schema (70 characters), breaks the 200-byte rule only the model knows.
+        bad = _profile(label="語" * 70, key="wide")
+        apply(cluster, namespace, bad)
+    finally:
+        for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+            saved["metadata"].pop(key, None)
+        apply(cluster, "default", saved)
+
+    def refused_condition() -> dict[str, Any] | None:
+        status = cluster.kubectl_json("get", "agentconfig", "planner", "-n", namespace).get(
+            "status", {}
+        )
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+        return ready if ready and ready["status"] == "False" else None
+
+    ready = wait_until("the AgentConfig to report the bad profile", refused_condition)
+    assert ready["reason"] == "InvalidProfile"
+    assert "VirtualAgentProfile/bad: spec.label" in ready["message"]
+    assert active_revision(cluster, namespace) == second
+    events = cluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=InvalidProfile"
+    )
+    assert {e["involvedObject"]["kind"] for e in events["items"]} == {
+        "AgentConfig",
+        "VirtualAgentProfile",
+    }
+    assert all(e["type"] == "Warning" for e in events["items"])
+    bad_status = cluster.kubectl_json("get", "vap", "bad", "-n", namespace)["status"]
+    assert bad_status["conditions"][0]["reason"] == "InvalidProfile"

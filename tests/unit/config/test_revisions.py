@@ -1,0 +1,136 @@
+"""The config plane's decisions: effective maps, digests, revision plans, pruning."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
+from agentworkers.revisions import (
+    ExistingRevision,
+    Standalone,
+    digest,
+    effective_map,
+    kube_path,
+    plan_revision,
+    prunable,
+)
+from agentworkers.virtualagent import InvalidMapError, InvalidProfileError
+
+BASE = {"model": {"model": "m"}}
+
+
+def config(*profiles: dict, max_profiles: int = 0, **extra: object) -> AgentConfigSpec:
+    spec = {**BASE, **extra}
+    if profiles or max_profiles:
+        spec["virtualAgents"] = {"maxProfiles": max_profiles, "profiles": list(profiles)}
+    return AgentConfigSpec.model_validate(spec)
+
+
+def standalone(name: str, key: str, **spec: object) -> Standalone:
+    return Standalone(
+        name, VirtualAgentProfileSpec.model_validate({"agent": "a", "key": key, **spec})
+    )
+
+
+def test_kube_path_uses_the_names_the_user_wrote() -> None:
+    assert kube_path("overlay.max_tokens", "spec") == "spec.overlay.maxTokens"
+    assert kube_path("profiles[2].overlay.disabled_tools[0]", "spec.virtualAgents") == (
+        "spec.virtualAgents.profiles[2].overlay.disabledTools[0]"
+    )
+    assert kube_path("", "spec") == "spec"
+
+
+def test_the_section_wins_over_a_standalone_profile_of_the_same_key() -> None:
+    spec = config({"key": "r", "label": "from the section"})
+    effective = effective_map(
+        "a", spec, [standalone("a-r", "r", label="standalone"), standalone("a-t", "t")]
+    )
+    assert [p.key for p in effective.profile_map.profiles] == ["r", "t"]
+    assert effective.profile_map.by_key()["r"].label == "from the section"
+    assert effective.sources == {"r": "AgentConfig", "t": "VirtualAgentProfile/a-t"}
+    assert effective.overridden == ("a-r",)
+
+
+def test_both_doors_hash_the_same() -> None:
+    fields = {"key": "r", "label": "L", "overlay": {"skills": ["b", "a", "a"], "maxSteps": 3}}
+    via_section = effective_map("a", config(fields), [])
+    via_standalone = effective_map("a", config(), [standalone("a-r", **fields)])
+    assert via_section.frozen().profiles[0].hash == via_standalone.frozen().profiles[0].hash
+
+
+def test_duplicate_keys_within_a_door_are_refused_with_the_path() -> None:
+    with pytest.raises(
+        InvalidMapError, match=r"spec\.virtualAgents\.profiles\[1\]\.key: duplicate key 'r'"
+    ):
+        effective_map("a", config({"key": "r"}, {"key": "r"}), [])
+    with pytest.raises(
+        InvalidMapError, match=r"VirtualAgentProfile/b: spec\.key: duplicate key 'r'"
+    ):
+        effective_map("a", config(), [standalone("a", "r"), standalone("b", "r")])
+
+
+def test_the_cap_counts_both_doors() -> None:
+    spec = config({"key": "one"}, max_profiles=2)
+    effective_map("a", spec, [standalone("s2", "two")])
+    with pytest.raises(InvalidMapError, match=r"spec\.virtualAgents"):
+        effective_map("a", spec, [standalone("s2", "two"), standalone("s3", "three")])
+
+
+def test_errors_name_the_field_as_written() -> None:
+    with pytest.raises(
+        InvalidProfileError, match=r"spec\.virtualAgents\.profiles\[0\]\.overlay\.maxTokens"
+    ):
+        effective_map("a", config({"key": "r", "overlay": {"maxTokens": 0}}), [])
+    with pytest.raises(InvalidProfileError, match=r"VirtualAgentProfile/x: spec\.label"):
+        effective_map("a", config(), [standalone("x", "r", label="é" * 101)])
+
+
+def test_a_blank_list_entry_is_refused_not_dropped() -> None:
+    with pytest.raises(InvalidProfileError, match=r"overlay\.skills\[0\]: must not be blank"):
+        effective_map("a", config(), [standalone("x", "r", overlay={"skills": [" "]})])
+
+
+def _plan(spec: AgentConfigSpec, existing: list[ExistingRevision], active: str | None = None):  # type: ignore[no-untyped-def]
+    return plan_revision("a", spec, effective_map("a", spec, []), existing, active)
+
+
+def test_first_revision_then_none_for_the_same_content() -> None:
+    spec = config({"key": "r"})
+    first = _plan(spec, [])
+    assert first.create is not None and first.create.revision == 1
+    assert first.active.name == "a-r1"
+    assert first.create.digest == digest(spec, effective_map("a", spec, []).frozen())
+    made = ExistingRevision("a-r1", 1, first.create.digest, "uid")
+    again = _plan(spec, [made], "a-r1")
+    assert again.create is None and again.active == made
+
+
+def test_a_revision_made_before_a_crash_is_adopted() -> None:
+    spec = config({"key": "r"})
+    made = ExistingRevision("a-r1", 1, _plan(spec, []).active.digest, "uid")
+    plan = _plan(spec, [made], active=None)  # status was never written
+    assert plan.create is None and plan.active == made
+
+
+def test_new_content_gets_the_next_id_even_when_it_repeats_old_content() -> None:
+    one, two = config({"key": "r"}), config({"key": "s"})
+    r1 = ExistingRevision("a-r1", 1, _plan(one, []).active.digest, "u")
+    r2 = ExistingRevision("a-r2", 2, _plan(two, []).active.digest, "u")
+    back = _plan(one, [r1, r2], "a-r2")
+    assert back.create is not None and back.create.revision == 3
+
+
+def test_pruning_keeps_the_limit_the_active_and_the_pinned() -> None:
+    existing = [ExistingRevision(f"a-r{i}", i, "d", "u") for i in range(1, 8)]
+    assert prunable(existing, keep=3, active="a-r7", pinned=()) == ("a-r4", "a-r3", "a-r2", "a-r1")
+    assert prunable(existing, keep=3, active="a-r7", pinned=["a-r2"]) == ("a-r4", "a-r3", "a-r1")
+    assert prunable(existing, keep=10, active="a-r7", pinned=()) == ()
+
+
+def test_the_digest_moves_with_config_and_profiles() -> None:
+    base = config({"key": "r"})
+    d = digest(base, effective_map("a", base, []).frozen())
+    other_config = config({"key": "r"}, instructions="be brief")
+    assert digest(other_config, effective_map("a", other_config, []).frozen()) != d
+    other_profile = config({"key": "r", "label": "x"})
+    assert digest(other_profile, effective_map("a", other_profile, []).frozen()) != d
