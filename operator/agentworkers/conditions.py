@@ -30,14 +30,14 @@ def set_condition(
 ) -> tuple[Condition, ...]:
     """Conditions with `type_` set; its transition time moves only when its status does."""
     previous = next((c for c in conditions if c.type == type_), None)
-    changed = previous is None or previous.status != status
+    keep = previous is not None and previous.status == status
     updated = Condition(
         type=type_,
         status=status,
         reason=reason,
         message=truncate(message),
         observed_generation=generation,
-        last_transition_time=(at or now()) if changed else previous.last_transition_time,
+        last_transition_time=previous.last_transition_time if keep and previous else (at or now()),
     )
     return (*(c for c in conditions if c.type != type_), updated)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
@@ -51,15 +51,16 @@ class Storage:
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(
-                self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            found = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name
             )
+            return cast(dict[str, Any], found)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
 
-    def list(
+    def items(
         self, plural: str, namespace: str, selector: str | None = None
     ) -> Iterator[dict[str, Any]]:
         try:
@@ -70,7 +71,7 @@ class Storage:
             if e.status == 404:  # the CRD is not installed (yet)
                 return iter(())
             raise
-        return iter(found.get("items", []))
+        return iter(cast(dict[str, Any], found).get("items", []))
 
     def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
@@ -101,7 +102,7 @@ class Storage:
                     None,
                 ),
             )
-            for r in self.list("agentconfigrevisions", namespace, f"{AGENT_LABEL}={agent}")
+            for r in self.items("agentconfigrevisions", namespace, f"{AGENT_LABEL}={agent}")
         ]
 
     def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
@@ -149,7 +150,7 @@ class Storage:
         """Revisions a live Worker of the agent pins (they outlive the history limit)."""
         return {
             w["metadata"]["labels"][REVISION_LABEL]
-            for w in self.list("workers", namespace, f"{AGENT_LABEL}={agent},{REVISION_LABEL}")
+            for w in self.items("workers", namespace, f"{AGENT_LABEL}={agent},{REVISION_LABEL}")
         }
 
     # --- events ----------------------------------------------------------
@@ -183,7 +184,7 @@ class Storage:
             "count": 1,
         }
         try:
-            kubernetes.client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], event)
+            kubernetes.client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], event)  # type: ignore[arg-type]
         except ApiException as e:
             log.warning(
                 "could not post the %s Event on %s/%s: %s",

@@ -31,7 +31,7 @@ def _standalone(
     storage: Storage, namespace: str, agent: str, skip: str | None = None
 ) -> list[Standalone]:
     found = []
-    for item in storage.list("virtualagentprofiles", namespace):
+    for item in storage.items("virtualagentprofiles", namespace):
         name = item["metadata"]["name"]
         if name == skip or (item.get("spec") or {}).get("agent") != agent:
             continue

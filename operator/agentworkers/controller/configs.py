@@ -59,7 +59,7 @@ def read_inputs(storage: Storage, namespace: str, name: str) -> Inputs | None:
     except ValidationError as e:
         raise describe(e) from e
     profiles = []
-    for item in storage.list("virtualagentprofiles", namespace):
+    for item in storage.items("virtualagentprofiles", namespace):
         if (item.get("spec") or {}).get("agent") != name or item["metadata"].get(
             "deletionTimestamp"
         ):
