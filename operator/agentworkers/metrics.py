@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import threading
+
+from prometheus_client import Counter, Gauge, Histogram
 
 REVISIONS_CREATED = Counter(
     "agentworkers_revisions_created_total", "AgentConfigRevisions the operator created."
@@ -20,3 +22,47 @@ HANDLER_ERRORS = Counter(
 RECONCILE_SECONDS = Histogram(
     "agentworkers_config_reconcile_seconds", "Time to reconcile one AgentConfig's revisions."
 )
+
+SPAWNS = Counter(
+    "agentworkers_spawns_total", "Workers whose run the operator started (pod created)."
+)
+SPAWN_REFUSALS = Counter(
+    "agentworkers_spawn_refusals_total",
+    "Spawns refused before a pod existed, by reason and stage (admission or handler).",
+    ["reason", "stage"],
+)
+PIN_FAILURES = Counter(
+    "agentworkers_pin_failures_total",
+    "Run starts refused by the binding check, by reason.",
+    ["reason"],
+)
+KILLS = Counter("agentworkers_kills_total", "Runs killed, by how (spec.kill or deletion).", ["via"])
+RUN_FAILURES = Counter(
+    "agentworkers_run_failures_total", "Runs that ended Failed, by reason.", ["reason"]
+)
+POD_LATENCY = Histogram(
+    "agentworkers_worker_pod_latency_seconds",
+    "Time from a Worker's creation to its pod's creation.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+WORKERS = Gauge("agentworkers_workers", "Workers this operator tracks, by phase.", ["phase"])
+
+
+class PhaseTracker:
+    """Keeps `agentworkers_workers{phase}` from each worker's last known phase."""
+
+    def __init__(self) -> None:
+        self._phases: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, uid: str, phase: str | None) -> None:
+        with self._lock:
+            old = self._phases.pop(uid, None)
+            if old is not None:
+                WORKERS.labels(phase=old).dec()
+            if phase is not None:
+                self._phases[uid] = phase
+                WORKERS.labels(phase=phase).inc()
+
+
+PHASES = PhaseTracker()

@@ -26,6 +26,7 @@ from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     FrozenMap,
     InvalidMapError,
+    LiveRevisionReader,
     Profile,
     ProfileMap,
     VirtualAgentError,
@@ -228,11 +229,13 @@ def prunable(
     return tuple(r.name for r in history[max(keep - 1, 0) :] if r.name not in protected)
 
 
-def frozen_map(revision: AgentConfigRevisionSpec) -> FrozenMap:
+def frozen_map(
+    revision: AgentConfigRevisionSpec, live: LiveRevisionReader | None = None
+) -> FrozenMap:
     """The revision's map as the virtualagent package freezes it (for spawns and pins)."""
     profile_map = ProfileMap(
         owner=revision.profile_map.owner,
         max_profiles=revision.profile_map.max_profiles,
         profiles=tuple(p.profile for p in revision.profile_map.profiles),
     )
-    return FrozenMap.freeze(profile_map, str(revision.revision), revision.digest)
+    return FrozenMap.freeze(profile_map, str(revision.revision), revision.digest, live)

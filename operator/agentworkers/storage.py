@@ -193,3 +193,72 @@ class Storage:
                 meta["name"],
                 e.reason,
             )
+
+    # --- workers and their pods ------------------------------------------
+
+    @property
+    def core(self) -> kubernetes.client.CoreV1Api:
+        return kubernetes.client.CoreV1Api(self.api)
+
+    def revision_spec(self, namespace: str, name: str) -> AgentConfigRevisionSpec | None:
+        found = self.get("agentconfigrevisions", namespace, name)
+        return AgentConfigRevisionSpec.model_validate(found["spec"]) if found else None
+
+    def patch_metadata(
+        self,
+        plural: str,
+        body: Body,
+        annotations: Mapping[str, str],
+        labels: Mapping[str, str],
+        owner_references: list[dict[str, Any]],
+    ) -> None:
+        """Add annotations and labels, only if the object is still the version we read.
+
+        The resourceVersion precondition makes a write like the binding happen exactly
+        once: a second writer gets a 409 and re-reads instead of overwriting.
+        """
+        meta = body["metadata"]
+        patch = {
+            "metadata": {
+                "resourceVersion": meta["resourceVersion"],
+                "annotations": dict(annotations),
+                "labels": dict(labels),
+                "ownerReferences": owner_references,
+            }
+        }
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], plural, meta["name"], patch
+        )
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], self.api.sanitize_for_serialization(pod))  # type: ignore[no-untyped-call]
+
+    def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
+        """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            created = self.core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
+            return cast(dict[str, Any], self.api.sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        existing = self.get_pod(namespace, name)
+        owners = [
+            o.get("uid") for o in (existing or {}).get("metadata", {}).get("ownerReferences") or []
+        ]
+        if existing is None or owner_uid not in owners:
+            raise Conflict(f"a pod named {name} exists and is not this worker's")
+        return existing
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                raise

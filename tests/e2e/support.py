@@ -113,21 +113,7 @@ class Operator:
             cluster.env,
         )
         try:
-            wait_until("the operator to serve its metrics", running.ready, timeout=60)
-            if "--no-webhook" not in extra:
-                wait_until(
-                    "the operator's admission webhook to be registered",
-                    lambda: (
-                        cluster.kubectl(
-                            "get",
-                            "validatingwebhookconfiguration",
-                            "agentworkers.io",
-                            check=False,
-                        ).returncode
-                        == 0
-                    ),
-                    timeout=60,
-                )
+            running.wait_ready(cluster)
             yield running
         finally:
             running.stop()
@@ -137,11 +123,36 @@ class Operator:
         with log.open("ab") as out:
             return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
-    def restart(self) -> None:
+    def restart(self, cluster: Cluster) -> None:
         """Stop (SIGTERM) and start again, as a rollout or a crash-restart would."""
         self.stop()
         self.process = self._spawn(self.args, self.env, self.log)
-        wait_until("the restarted operator to serve its metrics", self.ready, timeout=60)
+        self.wait_ready(cluster)
+
+    def wait_ready(self, cluster: Cluster) -> None:
+        """Metrics served and, unless it runs without one, its webhook pointing at it."""
+        wait_until("the operator to serve its metrics", self.ready, timeout=60)
+        if "--no-webhook" in self.args:
+            return
+        port = next(a.split("=", 1)[1] for a in self.args if a.startswith("--webhook-port="))
+
+        def registered() -> bool:
+            found = cluster.kubectl(
+                "get",
+                "validatingwebhookconfiguration",
+                "agentworkers.io",
+                "-o",
+                "json",
+                check=False,
+            )
+            if found.returncode != 0:
+                return False
+            hooks = json.loads(found.stdout).get("webhooks") or []
+            return bool(hooks) and all(
+                f":{port}/" in h["clientConfig"].get("url", "") for h in hooks
+            )
+
+        wait_until("the operator's admission webhook to be registered", registered, timeout=60)
 
     def reconciles(self) -> int:
         """AgentConfig reconcile passes this process has finished (from its own metrics)."""

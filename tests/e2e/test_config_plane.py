@@ -111,7 +111,7 @@ def test_revisions_follow_changes_and_only_changes(
         "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
     ).stdout
     assert "unchanged" in apply(cluster, namespace, CONFIG, edited, PROFILES[1]).stdout
-    operator.restart()
+    operator.restart(cluster)
     configs = len(cluster.kubectl_json("get", "agentconfigs", "-A")["items"])
     wait_until(
         "the restarted operator to resume every AgentConfig",

@@ -17,6 +17,7 @@ from agentworkers.api.profile import (
     VirtualAgentProfileStatus,
 )
 from agentworkers.api.revision import AgentConfigRevisionSpec, FrozenProfile, FrozenProfileMap
+from agentworkers.api.worker import WorkerSpec, WorkerStatus
 
 CATEGORY = "agentworkers"
 
@@ -112,7 +113,62 @@ VIRTUAL_AGENT_PROFILE = Resource(
     ),
 )
 
-RESOURCES: tuple[Resource, ...] = (AGENT_CONFIG, AGENT_CONFIG_REVISION, VIRTUAL_AGENT_PROFILE)
+
+def _fixed(field: str) -> Mapping[str, str]:
+    """A spec field that keeps the value (or absence) it was created with."""
+    return {
+        "rule": f"has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+        f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field})",
+        "message": f"spec.{field} is immutable",
+    }
+
+
+WORKER = Resource(
+    kind="Worker",
+    plural="workers",
+    description="One agent run, in one pod. Spawn by creating it; query by appending to "
+    "spec.queries; kill by setting spec.kill; collect with the agentworkers client or CLI.",
+    spec=WorkerSpec,
+    status=WorkerStatus,
+    short_names=("wk",),
+    printer_columns=(
+        column("Phase", ".status.phase"),
+        column("Agent", ".spec.agent"),
+        column("Profile", ".spec.profile"),
+        column("Parent", ".spec.parent"),
+        column("Last Event", ".status.lastEvent"),
+        column("Pod", ".status.pod", priority=1),
+        column("Revision", ".status.binding.revision", priority=1),
+        AGE,
+    ),
+    root_rules=(
+        {"rule": "self.spec.agent == oldSelf.spec.agent", "message": "spec.agent is immutable"},
+        _fixed("parent"),
+        _fixed("profile"),
+        {
+            "rule": "!has(self.spec.profile) || has(self.spec.parent)",
+            "message": "spec.profile needs spec.parent: a parent worker applies a virtual profile",
+        },
+        {
+            "rule": "!has(oldSelf.spec.kill) || "
+            "(has(self.spec.kill) && self.spec.kill == oldSelf.spec.kill)",
+            "message": "spec.kill cannot be changed or taken back once set",
+        },
+        {
+            "rule": "!has(oldSelf.spec.queries) || (has(self.spec.queries) && "
+            "self.spec.queries.size() >= oldSelf.spec.queries.size() && "
+            "self.spec.queries.slice(0, oldSelf.spec.queries.size()) == oldSelf.spec.queries)",
+            "message": "spec.queries is append-only",
+        },
+    ),
+)
+
+RESOURCES: tuple[Resource, ...] = (
+    AGENT_CONFIG,
+    AGENT_CONFIG_REVISION,
+    VIRTUAL_AGENT_PROFILE,
+    WORKER,
+)
 
 __all__ = [
     "API_VERSION",
@@ -130,4 +186,6 @@ __all__ = [
     "Resource",
     "VirtualAgentProfileSpec",
     "VirtualAgentProfileStatus",
+    "WorkerSpec",
+    "WorkerStatus",
 ]

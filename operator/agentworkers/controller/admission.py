@@ -15,9 +15,13 @@ import kopf
 from pydantic import ValidationError
 
 from agentworkers import metrics
-from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
+from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
+from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.controller import workers
+from agentworkers.controller.workers import SecretNotAllowedError
 from agentworkers.errors import describe
 from agentworkers.revisions import Standalone, check_standalone, effective_map, standalone_source
+from agentworkers.spawning import ParentRun, check_spawn
 from agentworkers.storage import Storage
 from agentworkers.virtualagent import VirtualAgentError
 
@@ -80,3 +84,84 @@ def validate_profile(
             f"AgentConfig {profile_spec.agent}'s virtualAgents section declares key "
             f"{profile_spec.key!r}; it wins over {standalone_source(name)}"
         )
+
+
+def validate_worker(
+    storage: Storage,
+    spec: dict[str, Any],
+    old: dict[str, Any] | None,
+    namespace: str,
+    warnings: list[str],
+) -> None:
+    """A spawn is checked before it persists; a query to a finished run is refused."""
+    try:
+        worker = WorkerSpec.model_validate(spec)
+    except ValidationError as e:
+        raise _refuse_spawn(describe(e)) from e
+    if old is not None:
+        _validate_worker_update(worker, old)
+        return
+    config_body = storage.get("agentconfigs", namespace, worker.agent)
+    if config_body is None:
+        warnings.append(f"AgentConfig {worker.agent!r} does not exist (yet); the run waits for it")
+    else:
+        allowed = set((config_body.get("spec") or {}).get("allowedSecrets") or ())
+        refused = sorted(set(worker.allowed_secrets) - allowed)
+        if refused:
+            raise _refuse_spawn(
+                SecretNotAllowedError(
+                    "spec.allowedSecrets",
+                    f"AgentConfig {worker.agent} does not allow secret(s) {', '.join(refused)}",
+                )
+            )
+    if (
+        worker.parent
+        and not worker.profile
+        and storage.get("workers", namespace, worker.parent) is None
+    ):
+        raise _refuse_spawn(UnknownWorkerError("spec.parent", f"no worker named {worker.parent!r}"))
+    if not worker.profile:
+        return
+    parent_body = storage.get("workers", namespace, worker.parent or "")
+    parent = frozen_revision = None
+    if parent_body is not None:
+        parent_status = workers.load(parent_body).status
+        parent = ParentRun(
+            name=parent_body["metadata"]["name"],
+            agent=(parent_body.get("spec") or {}).get("agent", ""),
+            frozen=parent_status.frozen_revision,
+            is_profile_run=bool((parent_body.get("spec") or {}).get("profile")),
+        )
+        if parent.frozen is not None:
+            frozen_revision = storage.revision_spec(namespace, parent.frozen.name)
+    live = None
+    if config_body is not None:
+        live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
+    try:
+        check_spawn(worker, parent, frozen_revision, live)
+    except VirtualAgentError as e:
+        raise _refuse_spawn(e) from e
+
+
+def _validate_worker_update(worker: WorkerSpec, old: dict[str, Any]) -> None:
+    phase = (old.get("status") or {}).get("phase")
+    old_queries = (old.get("spec") or {}).get("queries") or []
+    if len(worker.queries) > len(old_queries) and phase in TERMINAL_PHASES:
+        raise _refuse_spawn(
+            WorkerFinishedError(
+                "spec.queries", f"the run is {phase}; a finished worker takes no query"
+            )
+        )
+
+
+def _refuse_spawn(error: VirtualAgentError) -> kopf.AdmissionError:
+    metrics.SPAWN_REFUSALS.labels(reason=error.reason, stage="admission").inc()
+    return kopf.AdmissionError(f"{error.reason}: {error}", code=422)
+
+
+class UnknownWorkerError(VirtualAgentError):
+    reason = "UnknownWorker"
+
+
+class WorkerFinishedError(VirtualAgentError):
+    reason = "WorkerFinished"

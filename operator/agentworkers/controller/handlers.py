@@ -14,14 +14,17 @@ import kubernetes
 
 from agentworkers import metrics
 from agentworkers.api import GROUP, VERSION
-from agentworkers.controller import configs
+from agentworkers.controller import configs, workers
 from agentworkers.controller.options import Options
+from agentworkers.controller.requeue import Requeue
+from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
 
 log = logging.getLogger(__name__)
 
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
+WORKERS = (GROUP, VERSION, "workers")
 
 
 @kopf.on.startup()
@@ -56,10 +59,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             kubernetes.config.load_kube_config(client_configuration=config)
     memo.api = kubernetes.client.ApiClient(config)
     memo.storage = Storage(memo.api)
+    memo.requeue = Requeue(lambda key: _reconcile_worker(memo.storage, memo.requeue, *key))
 
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
+    memo.requeue.stop()
     memo.api.close()
 
 
@@ -86,3 +91,37 @@ def _reconcile(storage: Storage, namespace: str, name: str, handler: str) -> Non
     except kubernetes.client.ApiException as e:
         metrics.HANDLER_ERRORS.labels(handler=handler).inc()
         raise kopf.TemporaryError(f"API error {e.status} {e.reason}; retrying", delay=5) from e
+
+
+# Workers are reconciled level-triggered from watch events (their own, and their pods'),
+# not through kopf's create/update handlers: those keep a copy of the whole spec in an
+# annotation, and a Worker's queries can outgrow the annotation limit.
+
+
+@kopf.on.event(*WORKERS)
+def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.requeue.forget((meta["namespace"], meta["name"]))
+        workers.deleted(memo.storage, dict(body))
+        return
+    _reconcile_worker(memo.storage, memo.requeue, meta["namespace"], meta["name"])
+
+
+@kopf.on.event("", "v1", "pods", labels={WORKER_LABEL: kopf.PRESENT})
+def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    meta = body["metadata"]
+    _reconcile_worker(memo.storage, memo.requeue, meta["namespace"], meta["labels"][WORKER_LABEL])
+
+
+def _reconcile_worker(storage: Storage, requeue: Requeue, namespace: str, name: str) -> None:
+    try:
+        workers.reconcile(storage, namespace, name)
+    except kopf.TemporaryError as e:
+        requeue.after((namespace, name), e.delay or 5)
+    except kubernetes.client.ApiException as e:
+        metrics.HANDLER_ERRORS.labels(handler="worker").inc()
+        log.warning("worker %s/%s: API error %s %s; retrying", namespace, name, e.status, e.reason)
+        requeue.after((namespace, name), requeue.backoff((namespace, name)))
+    else:
+        requeue.forget((namespace, name))

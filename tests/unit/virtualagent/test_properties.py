@@ -75,8 +75,8 @@ profiles = st.builds(
     parent=padded,
     overlay=overlays,
     input_patterns=optional(name_lists),
-    # Past 2**53 neighbouring counts share a float64, in Go's canonical form as here.
-    input_count=st.integers(-1, 2**53),
+    # Below 2**53: past it Go's float64 round trip (and so the hash) cannot tell n from n+1.
+    input_count=st.integers(-1, 2**53 - 1),
     input_disposition=padded,
     output_schema=schemas,
 )

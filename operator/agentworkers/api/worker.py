@@ -1,0 +1,159 @@
+"""Worker: one agent run, in one pod (the seed's Worker, Spec and WorkerInfo)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt, StrictStr, StringConstraints
+
+from agentworkers.api.agentconfig import RevisionRef
+from agentworkers.api.common import Condition, KubeModel, conditions_field
+
+Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
+TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
+# Phases collect returns at: the run has nothing more to say until it is asked again.
+SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
+MAX_QUERIES = 256
+MAX_MESSAGE_BYTES = 64 * 1024
+Message = Annotated[StrictStr, StringConstraints(max_length=MAX_MESSAGE_BYTES)]
+
+
+class Kill(KubeModel):
+    """A request to stop the run. Once set it cannot be taken back."""
+
+    reason: StrictStr = Field(
+        description="Why the run is stopped; surfaces on collect and in the Killed Event.",
+        min_length=1,
+        max_length=1024,
+    )
+    by: StrictStr = Field(
+        default="", description="Who asked (a user, a parent worker).", max_length=253
+    )
+
+
+class WorkerSpec(KubeModel):
+    """What to run. `agent`, `parent` and `profile` are fixed at creation."""
+
+    agent: StrictStr = Field(
+        description="The AgentConfig (top-level agent) this run belongs to, in this namespace. "
+        "A child spawned with a virtual profile stays the top-level agent's run.",
+        min_length=1,
+        max_length=253,
+    )
+    kind: Literal["static", "dynamic"] = Field(
+        default="static",
+        description="static: the agent as configured; dynamic: built at run time from this spec.",
+    )
+    description: StrictStr = Field(default="", description="One line on what this worker is for.")
+    prompt: StrictStr = Field(
+        default="",
+        description="Extra system prompt for a dynamic worker.",
+        max_length=MAX_MESSAGE_BYTES,
+    )
+    provider: StrictStr | None = Field(
+        default=None, description="Driver override: openai or scripted."
+    )
+    model: StrictStr | None = Field(default=None, description="Model override.", max_length=128)
+    skills: tuple[StrictStr, ...] | None = Field(
+        default=None, description="Skills to keep, from the agent's; omit for all of them."
+    )
+    mcps: tuple[StrictStr, ...] | None = Field(
+        default=None, description="MCP servers to keep, from the agent's; omit for all of them."
+    )
+    reasoning: Literal["off", "low", "medium", "high"] | None = Field(
+        default=None, description="Reasoning effort override."
+    )
+    reasoning_api: Literal["enabled", "adaptive"] | None = Field(
+        default=None,
+        alias="reasoningAPI",
+        description="Reasoning API override, for providers that have one.",
+    )
+    allowed_secrets: tuple[StrictStr, ...] = Field(
+        default=(),
+        description="Secrets the run may read; each must also be allowed by the AgentConfig.",
+    )
+    initial_message: StrictStr = Field(
+        default="",
+        description="First message, delivered when the run starts.",
+        max_length=MAX_MESSAGE_BYTES,
+    )
+    parent: StrictStr | None = Field(
+        default=None, description="The Worker that spawned this one (it owns this one)."
+    )
+    profile: StrictStr | None = Field(
+        default=None,
+        description="Key of a virtual-agent profile from the parent's frozen map; needs `parent`.",
+        max_length=128,
+    )
+    queries: tuple[Message, ...] = Field(
+        default=(),
+        description="Messages delivered after the first, in order, once each. Append only.",
+        max_length=MAX_QUERIES,
+    )
+    kill: Kill | None = Field(default=None, description="Set to stop the run.")
+    suspend: bool = Field(
+        default=False,
+        description="Hold the run before it starts (the binding is still made at spawn). "
+        "Clearing it starts the run, which verifies the binding first.",
+    )
+    deadline_seconds: StrictInt | None = Field(
+        default=None,
+        description="Longest the run may take; defaults to the AgentConfig's.",
+        ge=1,
+    )
+
+
+class BindingSummary(KubeModel):
+    """The virtual-agent profile this run is pinned to (the full binding is an annotation)."""
+
+    key: StrictStr = Field(description="Profile key.")
+    label: StrictStr = Field(default="", description="Profile label.")
+    profile_hash: StrictStr = Field(description="Pinned profile hash.")
+    revision: StrictStr = Field(description="Pinned AgentConfig revision id.")
+    digest: StrictStr = Field(description="Pinned AgentConfig revision digest.")
+
+
+class WorkerEvent(KubeModel):
+    """One entry of the run's recent events (tool call, tool result, thought, message, status)."""
+
+    index: StrictInt = Field(description="Monotonic per worker, from 1.")
+    kind: Literal["tool_call", "tool_result", "thought", "assistant_message", "status_change"] = (
+        Field(description="What happened.")
+    )
+    time: StrictStr = Field(description="When (RFC 3339).")
+    summary: StrictStr = Field(
+        default="", description="A short rendering of the payload.", max_length=1024
+    )
+
+
+class WorkerStatus(KubeModel):
+    """What the run is doing, as the operator and the runtime report it."""
+
+    observed_generation: StrictInt | None = Field(
+        default=None, description="The generation observed."
+    )
+    phase: Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"] | None = Field(
+        default=None, description="Pending, Running, Idle, Done, Failed or Killed."
+    )
+    conditions: tuple[Condition, ...] = conditions_field()
+    output: StrictStr | None = Field(default=None, description="The run's last assistant message.")
+    error: StrictStr | None = Field(
+        default=None, description="Why the run failed, or the kill reason."
+    )
+    last_event: StrictStr | None = Field(default=None, description="The last thing that happened.")
+    started_at: StrictStr | None = Field(default=None, description="When the run started.")
+    updated_at: StrictStr | None = Field(default=None, description="When the status last changed.")
+    pod: StrictStr | None = Field(default=None, description="The run's pod.")
+    frozen_revision: RevisionRef | None = Field(
+        default=None,
+        description="The agent's revision this run froze at its start: its children's profiles "
+        "come from that revision's map.",
+    )
+    binding: BindingSummary | None = Field(default=None, description="The pinned profile, if any.")
+    event_index: StrictInt | None = Field(default=None, description="Index of the last event.")
+    queries_delivered: StrictInt | None = Field(
+        default=None, description="How many of spec.queries the run has taken."
+    )
+    events: tuple[WorkerEvent, ...] = Field(
+        default=(), description="The most recent events (a bounded ring).", max_length=50
+    )

@@ -1,0 +1,179 @@
+"""The effective configuration of one run, and which layer set each field. Pure.
+
+Three layers, each only able to narrow the one before it (but for model choice):
+the AgentConfig, the Worker's own selections, and a virtual profile's overlay with
+the seed's set operations and clamps. `sources` names the layer behind each field,
+which is what `agentworkers explain` shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, StrictStr
+
+from agentworkers.api.agentconfig import AgentConfigSpec
+from agentworkers.api.common import KubeModel
+from agentworkers.api.worker import WorkerSpec
+from agentworkers.virtualagent import (
+    MAX_MAX_STEPS,
+    Profile,
+    block_name,
+    intersect_strings,
+    overlay_clamp_max_steps,
+    overlay_clamp_max_tokens,
+    overlay_clamp_token_budget,
+    union_strings,
+)
+
+AGENT, WORKER, PROFILE, CLAMP = "agent", "worker", "profile", "clamp"
+
+
+class Block(KubeModel):
+    name: StrictStr = Field(description="Block name, e.g. virtual_agent.<key>.")
+    text: StrictStr = Field(description="Block text.")
+
+
+class EffectiveConfig(KubeModel):
+    """Everything the runtime needs to run the agent loop, after every layer."""
+
+    agent: StrictStr
+    provider: StrictStr
+    model: StrictStr
+    base_url: StrictStr | None = Field(default=None, alias="baseURL")
+    api_key_secret: StrictStr | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    reasoning_effort: StrictStr | None = None
+    skills: tuple[StrictStr, ...] = ()
+    tools: tuple[StrictStr, ...] = ()
+    mcp_servers: tuple[StrictStr, ...] = ()
+    disabled_tools: tuple[StrictStr, ...] = ()
+    paused_servers: tuple[StrictStr, ...] = ()
+    max_steps: int = MAX_MAX_STEPS
+    token_budget: int = 0  # 0: no budget
+    instructions: StrictStr = ""
+    blocks: tuple[Block, ...] = ()
+    secrets: tuple[StrictStr, ...] = ()
+    profile: StrictStr | None = None
+    output_schema: dict[str, Any] | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+def allowed_secrets(config: AgentConfigSpec, worker: WorkerSpec) -> tuple[str, ...]:
+    """Only what both the Worker asks for and its AgentConfig allows."""
+    return tuple(sorted(set(worker.allowed_secrets) & set(config.allowed_secrets)))
+
+
+def resolve(
+    config: AgentConfigSpec, worker: WorkerSpec, profile: Profile | None = None
+) -> EffectiveConfig:
+    sources: dict[str, str] = {}
+
+    def pick(field: str, layered: list[tuple[str, Any]]) -> Any:
+        """The last layer that set a value wins; remember which."""
+        value, source = None, AGENT
+        for layer, candidate in layered:
+            if candidate is not None:
+                value, source = candidate, layer
+        sources[field] = source
+        return value
+
+    model = config.model
+    overlay = profile.overlay if profile else None
+    provider = pick("provider", [(AGENT, model.provider), (WORKER, worker.provider)])
+    chosen_model = pick(
+        "model",
+        [
+            (AGENT, model.model),
+            (WORKER, worker.model),
+            (PROFILE, overlay.model.strip() if overlay and overlay.model else None),
+        ],
+    )
+    temperature = pick(
+        "temperature",
+        [(AGENT, model.temperature), (PROFILE, overlay.temperature if overlay else None)],
+    )
+    reasoning = pick(
+        "reasoning_effort",
+        [
+            (AGENT, model.reasoning_effort),
+            (WORKER, worker.reasoning),
+            (PROFILE, overlay.reasoning_effort if overlay else None),
+        ],
+    )
+
+    # Sets: the worker keeps some of the agent's; the profile keeps some of those (an
+    # explicit empty set keeps none) and can only hide tools and servers.
+    skills = tuple(config.skills)
+    sources["skills"] = AGENT
+    if worker.skills is not None:
+        skills, sources["skills"] = tuple(s for s in skills if s in set(worker.skills)), WORKER
+    if overlay and overlay.skills is not None:
+        kept = intersect_strings(skills, overlay.skills)
+        skills, sources["skills"] = (kept or ()), PROFILE
+    servers = tuple(s.name for s in config.mcp_servers)
+    sources["mcp_servers"] = AGENT
+    if worker.mcps is not None:
+        servers, sources["mcp_servers"] = tuple(s for s in servers if s in set(worker.mcps)), WORKER
+    disabled = tuple(overlay.disabled_tools or ()) if overlay else ()
+    paused = tuple(overlay.paused_servers or ()) if overlay else ()
+    sources["disabled_tools"] = sources["paused_servers"] = PROFILE if overlay else AGENT
+    disabled = union_strings((), disabled) or ()
+    paused = union_strings((), paused) or ()
+    tools = tuple(t for t in config.tools if t not in set(disabled))
+    sources["tools"] = PROFILE if len(tools) != len(config.tools) else AGENT
+    servers = tuple(s for s in servers if s not in set(paused))
+
+    # Limits: the overlay can only tighten; a clamp is named as its own layer.
+    max_tokens = overlay_clamp_max_tokens(model.max_tokens, overlay.max_tokens if overlay else None)
+    sources["max_tokens"] = _limit_source(
+        model.max_tokens, overlay.max_tokens if overlay else None, max_tokens
+    )
+    steps_cap = config.limits.max_steps or MAX_MAX_STEPS
+    max_steps = overlay_clamp_max_steps(steps_cap, overlay.max_steps if overlay else None)
+    sources["max_steps"] = _limit_source(
+        steps_cap, overlay.max_steps if overlay else None, max_steps
+    )
+    budget_cap = config.limits.token_budget or 0
+    token_budget = overlay_clamp_token_budget(budget_cap, overlay.token_budget if overlay else None)
+    sources["token_budget"] = _limit_source(
+        budget_cap or None, overlay.token_budget if overlay else None, token_budget
+    )
+
+    instructions = "\n\n".join(part for part in (config.instructions, worker.prompt) if part)
+    sources["instructions"] = WORKER if worker.prompt else AGENT
+    blocks: tuple[Block, ...] = ()
+    if profile and profile.overlay.instructions:
+        blocks = (Block(name=block_name(profile.key), text=profile.overlay.instructions),)
+        sources["blocks"] = PROFILE
+    sources["secrets"] = WORKER
+    return EffectiveConfig(
+        agent=worker.agent,
+        provider=provider,
+        model=chosen_model,
+        base_url=model.base_url,
+        api_key_secret=model.api_key_secret,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        reasoning_effort=reasoning,
+        skills=skills,
+        tools=tools,
+        mcp_servers=servers,
+        disabled_tools=disabled,
+        paused_servers=paused,
+        max_steps=max_steps,
+        token_budget=token_budget,
+        instructions=instructions,
+        blocks=blocks,
+        secrets=allowed_secrets(config, worker),
+        profile=profile.key if profile else None,
+        output_schema=profile.output_schema if profile else None,
+        sources=sources,
+    )
+
+
+def _limit_source(parent: int | None, overlay: int | None, result: int | None) -> str:
+    if overlay is None or overlay <= 0:
+        return AGENT
+    return CLAMP if result != overlay else PROFILE

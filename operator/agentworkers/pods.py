@@ -1,0 +1,121 @@
+"""The pod of one Worker. Pure: a manifest from the Worker, its AgentConfig and effective config.
+
+Hardened to pass Pod Security "restricted": non-root, read-only root filesystem, no
+privilege escalation, every capability dropped, RuntimeDefault seccomp. The sandbox
+is an emptyDir mounted as the working directory; it goes with the pod.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentworkers.api.agentconfig import AgentConfigSpec
+from agentworkers.api.worker import WorkerSpec
+from agentworkers.effective import EffectiveConfig
+
+WORKER_LABEL = "agentworkers.io/worker"
+AGENT_LABEL = "agentworkers.io/agent"
+SANDBOX = "/sandbox"
+SECRETS_DIR = "/var/run/agentworkers/secrets"
+RUNTIME_UID = 65532
+
+
+def pod_name(worker: str) -> str:
+    """Deterministic, so a retry after a crash finds the pod it made instead of making another."""
+    return worker
+
+
+def build_pod(
+    worker_body: dict[str, Any],
+    worker: WorkerSpec,
+    config: AgentConfigSpec,
+    effective: EffectiveConfig,
+    service_account: str | None = None,
+) -> dict[str, Any]:
+    meta = worker_body["metadata"]
+    name = meta["name"]
+    secret_volumes = [
+        {"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}}
+        for i, secret in enumerate(effective.secrets)
+    ]
+    secret_mounts = [
+        {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True}
+        for i, secret in enumerate(effective.secrets)
+    ]
+    container: dict[str, Any] = {
+        "name": "agent",
+        "image": config.worker.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["agentworkers", "run"],
+        "args": [f"--worker={name}", f"--namespace={meta['namespace']}"],
+        "workingDir": SANDBOX,
+        "env": [
+            {"name": "AGENTWORKERS_WORKER", "value": name},
+            {"name": "AGENTWORKERS_NAMESPACE", "value": meta["namespace"]},
+            {"name": "AGENTWORKERS_SANDBOX", "value": SANDBOX},
+            {
+                "name": "AGENTWORKERS_EFFECTIVE_CONFIG",
+                "value": effective.model_dump_json(by_alias=True),
+            },
+            {"name": "HOME", "value": SANDBOX},
+        ],
+        "volumeMounts": [
+            {"name": "sandbox", "mountPath": SANDBOX},
+            {"name": "tmp", "mountPath": "/tmp"},
+            *secret_mounts,
+        ],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if config.worker.resources:
+        container["resources"] = {k: dict(v) for k, v in config.worker.resources.items()}
+    deadline = worker.deadline_seconds or config.worker.deadline_seconds
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [
+            {"name": "sandbox", "emptyDir": {"sizeLimit": config.worker.sandbox_size}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            *secret_volumes,
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUNTIME_UID,
+            "runAsGroup": RUNTIME_UID,
+            "fsGroup": RUNTIME_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "enableServiceLinks": False,
+        # No API credentials unless the runtime has its own, least-privilege account.
+        "automountServiceAccountToken": service_account is not None,
+    }
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    if deadline:
+        spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(name),
+            "namespace": meta["namespace"],
+            "labels": {WORKER_LABEL: name, AGENT_LABEL: worker.agent},
+            "ownerReferences": [
+                {
+                    "apiVersion": worker_body["apiVersion"],
+                    "kind": worker_body["kind"],
+                    "name": name,
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
