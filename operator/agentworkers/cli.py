@@ -27,6 +27,7 @@ def _operator(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         webhook_port=None if args.no_webhook else args.webhook_port,
         webhook_addr=args.webhook_addr,
+        webhook_name=args.webhook_name,
         webhook_host=args.webhook_host,
         tls_dir=args.tls_dir,
         metrics_port=args.metrics_port or None,
@@ -64,11 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         "--namespace",
         action="append",
         default=[],
-        help="watch this namespace (repeatable); default: the whole cluster",
+        help="watch this namespace (repeatable; globs such as team-* work); default: all",
     )
     op.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then KUBECONFIG")
     op.add_argument("--no-webhook", action="store_true", help="run without the admission webhook")
     op.add_argument("--webhook-port", type=int, default=9443)
+    op.add_argument(
+        "--webhook-name",
+        default="agentworkers.io",
+        help="ValidatingWebhookConfiguration the operator manages",
+    )
     op.add_argument("--webhook-addr", default="127.0.0.1", help="address the webhook listens on")
     op.add_argument("--webhook-host", help="name the API server dials (default: --webhook-addr)")
     op.add_argument(

@@ -22,6 +22,9 @@ import pytest
 from tests.e2e.support import Cluster, Operator, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+# Namespaces of this session share a prefix: its operator watches only those, so two
+# test sessions against one cluster (a developer's and a helper's) keep out of each other's way.
+SESSION = f"t{uuid.uuid4().hex[:4]}"
 CRDS = REPO / "crds"
 
 
@@ -78,7 +81,7 @@ def _apply_crds(cluster: Cluster) -> None:
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the test's own, deleted (and waited for) afterwards."""
     stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
-    name = f"{stem}-{uuid.uuid4().hex[:6]}"
+    name = f"{SESSION}-{stem}"[:56].rstrip("-") + f"-{uuid.uuid4().hex[:6]}"
     core = kubernetes.client.CoreV1Api(cluster.api)
     core.create_namespace({"metadata": {"name": name, "labels": {"agentworkers.io/test": "e2e"}}})
     # Namespaces get their default service account from the controller manager.
@@ -94,5 +97,13 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     """The operator, cluster-wide, with its admission webhook, for the whole session."""
-    with Operator.start(cluster, tmp_path_factory.mktemp("operator")) as running:
+    with Operator.start(
+        cluster,
+        tmp_path_factory.mktemp("operator"),
+        f"--namespace={SESSION}-*",
+        f"--webhook-name=agentworkers-{SESSION}.io",
+    ) as running:
         yield running
+    # kopf empties its webhook configurations on exit but leaves them behind.
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        cluster.kubectl("delete", kind, f"agentworkers-{SESSION}.io", "--ignore-not-found", check=False)

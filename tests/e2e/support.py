@@ -129,6 +129,11 @@ class Operator:
         self.process = self._spawn(self.args, self.env, self.log)
         self.wait_ready(cluster)
 
+    @property
+    def webhook_name(self) -> str:
+        """The ValidatingWebhookConfiguration this operator manages."""
+        return next(a.split("=", 1)[1] for a in self.args if a.startswith("--webhook-name="))
+
     def wait_ready(self, cluster: Cluster) -> None:
         """Metrics served and, unless it runs without one, its webhook pointing at it."""
         wait_until("the operator to serve its metrics", self.ready, timeout=60)
@@ -140,7 +145,7 @@ class Operator:
             found = cluster.kubectl(
                 "get",
                 "validatingwebhookconfiguration",
-                "agentworkers.io",
+                self.webhook_name,
                 "-o",
                 "json",
                 check=False,

@@ -112,7 +112,12 @@ def test_revisions_follow_changes_and_only_changes(
     ).stdout
     assert "unchanged" in apply(cluster, namespace, CONFIG, edited, PROFILES[1]).stdout
     operator.restart(cluster)
-    configs = len(cluster.kubectl_json("get", "agentconfigs", "-A")["items"])
+    session = namespace.split("-", 1)[0]
+    configs = sum(
+        1
+        for c in cluster.kubectl_json("get", "agentconfigs", "-A")["items"]
+        if c["metadata"]["namespace"].startswith(f"{session}-")
+    )
     wait_until(
         "the restarted operator to resume every AgentConfig",
         lambda: operator.reconciles() >= configs,
@@ -292,8 +297,8 @@ def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
     apply(cluster, namespace, edited)
     second = wait_for_revision(cluster, namespace, 2)
 
-    saved = cluster.kubectl_json("get", "validatingwebhookconfiguration", "agentworkers.io")
-    cluster.kubectl("delete", "validatingwebhookconfiguration", "agentworkers.io")
+    saved = cluster.kubectl_json("get", "validatingwebhookconfiguration", operator.webhook_name)
+    cluster.kubectl("delete", "validatingwebhookconfiguration", operator.webhook_name)
     try:
         # Passes the schema (70 characters), breaks the 200-byte rule only the model knows.
         bad = _profile(label="語" * 70, key="wide")

@@ -46,7 +46,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.peering.name = options.peering
     if options.webhook_port is not None:
         settings.admission.server = options.webhook_server()
-        settings.admission.managed = GROUP
+        settings.admission.managed = options.webhook_name
     config = kubernetes.client.Configuration()
     if options.kubeconfig:
         kubernetes.config.load_kube_config(

@@ -17,6 +17,8 @@ class Options:
     # Admission webhook: None disables it (the handlers still refuse bad input).
     webhook_port: int | None = 9443
     webhook_addr: str = "127.0.0.1"
+    # The ValidatingWebhookConfiguration the operator keeps up to date.
+    webhook_name: str = "agentworkers.io"
     # The name the API server dials; defaults to webhook_addr.
     webhook_host: str | None = None
     tls_dir: Path = field(default_factory=lambda: Path("/tmp/agentworkers-webhook"))
