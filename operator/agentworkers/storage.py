@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -74,16 +74,30 @@ class Storage:
         return iter(cast(dict[str, Any], found).get("items", []))
 
     def patch_status(
-        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> None:
-        """Merge-patch the status subresource; a vanished object is nothing to report on."""
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> str | None:
+        """Merge-patch the status subresource; a vanished object is nothing to report on.
+
+        With `resource_version`, the patch applies only to that version (409 otherwise):
+        for status that another writer (a worker's runtime) shares. Returns the new version.
+        """
+        patch: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, {"status": dict(status)}
+            found = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, patch
             )
         except ApiException as e:
             if e.status != 404:
                 raise
+            return None
+        return str(cast(dict[str, Any], found)["metadata"]["resourceVersion"])
 
     # --- revisions -------------------------------------------------------
 
@@ -211,7 +225,7 @@ class Storage:
         annotations: Mapping[str, str],
         labels: Mapping[str, str],
         owner_references: list[dict[str, Any]],
-    ) -> None:
+    ) -> str:
         """Add annotations and labels, only if the object is still the version we read.
 
         The resourceVersion precondition makes a write like the binding happen exactly
@@ -226,9 +240,10 @@ class Storage:
                 "ownerReferences": owner_references,
             }
         }
-        self.custom.patch_namespaced_custom_object(
+        found = self.custom.patch_namespaced_custom_object(
             GROUP, VERSION, meta["namespace"], plural, meta["name"], patch
         )
+        return str(cast(dict[str, Any], found)["metadata"]["resourceVersion"])
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -262,3 +277,33 @@ class Storage:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    # --- a worker runtime's own account ------------------------------------
+
+    @property
+    def rbac(self) -> kubernetes.client.RbacAuthorizationV1Api:
+        return kubernetes.client.RbacAuthorizationV1Api(self.api)
+
+    def ensure_access(self, objects: list[dict[str, Any]]) -> None:
+        """Create the runtime's ServiceAccount, Role and RoleBinding; existing ones are kept."""
+        create: dict[str, Callable[..., object]] = {
+            "ServiceAccount": self.core.create_namespaced_service_account,
+            "Role": self.rbac.create_namespaced_role,
+            "RoleBinding": self.rbac.create_namespaced_role_binding,
+        }
+        for obj in objects:
+            try:
+                create[obj["kind"]](obj["metadata"]["namespace"], obj)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+
+    def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
+        """Replace a Role's rules; False when the Role does not exist (yet)."""
+        try:
+            self.rbac.patch_namespaced_role(name, namespace, {"rules": rules})
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True

@@ -92,6 +92,14 @@ def _events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any
     )["items"]
 
 
+def _wait_revision(cluster: Cluster, namespace: str, number: int) -> None:
+    def active() -> int:
+        status = cluster.kubectl_json("get", "ac", "planner", "-n", namespace).get("status", {})
+        return int((status.get("activeRevision") or {}).get("revision", 0))
+
+    wait_until(f"revision {number}", lambda: active() == number)
+
+
 def _running_parent(cluster: Cluster, namespace: str, name: str = "parent") -> dict[str, Any]:
     _apply(cluster, namespace, _worker(name, initialMessage="plan the work"))
     return _phase(cluster, namespace, name, "Running")
@@ -112,7 +120,7 @@ def test_a_top_level_worker_runs_in_one_hardened_pod_and_freezes_its_revision(
     container = pod["spec"]["containers"][0]
     assert container["workingDir"] == "/sandbox"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["serviceAccountName"] == "worker-parent"
     sandbox = next(v for v in pod["spec"]["volumes"] if v["name"] == "sandbox")
     assert sandbox["emptyDir"]["sizeLimit"] == "256Mi"
     assert pod["spec"]["activeDeadlineSeconds"] == 600
@@ -176,6 +184,56 @@ def test_a_profiled_child_is_bound_once_owned_by_its_parent_and_narrowed(
     assert after["agentworkers.io/binding"] == before
 
 
+def _can(cluster: Cluster, namespace: str, account: str, *what: str) -> bool:
+    subject = f"system:serviceaccount:{namespace}:{account}"
+    result = cluster.kubectl("auth", "can-i", *what, "-n", namespace, "--as", subject, check=False)
+    return result.stdout.strip() == "yes"
+
+
+def test_a_runtime_may_touch_its_own_worker_and_its_children_and_nothing_else(
+    cluster: Cluster, namespace: str, planner: dict[str, Any]
+) -> None:
+    _running_parent(cluster, namespace)
+    _running_parent(cluster, namespace, "stranger")
+    can = lambda *what: _can(cluster, namespace, "worker-parent", *what)  # noqa: E731
+    assert can("get", "workers/parent") and can("patch", "workers/parent", "--subresource=status")
+    assert can("get", "agentconfigs/planner") and can("create", "workers")
+    assert not can("get", "workers/stranger") and not can(
+        "patch", "workers/stranger", "--subresource=status"
+    )
+    assert (
+        not can("list", "pods")
+        and not can("get", "secrets")
+        and not can("delete", "agentconfigs/planner")
+    )
+    assert not can("patch", "workers/parent")  # its own spec (queries, kill) is not its to write
+
+    _apply(cluster, namespace, _worker("kid", parent="parent", profile="translator"))
+    _phase(cluster, namespace, "kid", "Running")
+    wait_until("the parent's runtime to be granted its child", lambda: can("get", "workers/kid"))
+    assert can("delete", "workers/kid") and can("patch", "workers/kid")
+
+    # A runtime's credentials spawn only its own children.
+    token = cluster.kubectl("create", "token", "worker-parent", "-n", namespace).stdout.strip()
+    as_parent = [
+        "--token",
+        token,
+        "--kubeconfig",
+        "/dev/null",
+        "--server",
+        cluster.api.configuration.host,
+        "--certificate-authority",
+        cluster.api.configuration.ssl_ca_cert,
+    ]
+    orphan = _worker("orphan", parent="stranger")
+    refused = cluster.kubectl(
+        "create", "-n", namespace, "-f", "-", *as_parent, stdin=json.dumps(orphan), check=False
+    )
+    assert refused.returncode != 0 and "NotYourChild" in refused.stderr, refused.stderr
+    mine = _worker("mine", parent="parent")
+    cluster.kubectl("create", "-n", namespace, "-f", "-", *as_parent, stdin=json.dumps(mine))
+
+
 def _refused(cluster: Cluster, namespace: str, worker: dict[str, Any], reason: str) -> str:
     result = _apply(cluster, namespace, worker, check=False)
     assert result.returncode != 0, f"{worker['metadata']['name']} was accepted"
@@ -215,15 +273,7 @@ def test_bad_spawns_are_refused_before_anything_persists(
     edited = copy.deepcopy(PROFILES[1])
     edited["spec"]["overlay"]["maxTokens"] = 1000
     _apply(cluster, namespace, edited)
-    wait_until(
-        "revision 2",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)["status"][
-                "activeRevision"
-            ]["revision"]
-            == 2
-        ),
-    )
+    _wait_revision(cluster, namespace, 2)
     _refused(
         cluster, namespace, _worker("c6", parent="parent", profile="reviewer"), "StaleProfilePin"
     )
@@ -290,10 +340,12 @@ def test_a_run_start_fails_loud_when_the_pin_no_longer_holds(
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 12
     _apply(cluster, namespace, edited)
+    _wait_revision(cluster, namespace, 2)
     _start_and_expect_failure(cluster, namespace, "stale", "StaleProfilePin")
 
     # The key is gone from the current map.
     cluster.kubectl("delete", "vap", "planner-translator", "-n", namespace)
+    _wait_revision(cluster, namespace, 3)
     status = _start_and_expect_failure(cluster, namespace, "missing", "MissingProfile")
     assert "translator" in status["error"]
 

@@ -90,6 +90,11 @@ class WorkerSpec(KubeModel):
         description="Messages delivered after the first, in order, once each. Append only.",
         max_length=MAX_QUERIES,
     )
+    interactive: bool = Field(
+        default=False,
+        description="Stay Idle after answering, waiting for spec.queries, instead of finishing "
+        "(Done) after the first answer.",
+    )
     kill: Kill | None = Field(default=None, description="Set to stop the run.")
     suspend: bool = Field(
         default=False,

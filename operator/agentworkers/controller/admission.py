@@ -15,6 +15,7 @@ import kopf
 from pydantic import ValidationError
 
 from agentworkers import metrics
+from agentworkers.access import worker_of
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import workers
@@ -92,12 +93,23 @@ def validate_worker(
     old: dict[str, Any] | None,
     namespace: str,
     warnings: list[str],
+    username: str = "",
 ) -> None:
     """A spawn is checked before it persists; a query to a finished run is refused."""
     try:
         worker = WorkerSpec.model_validate(spec)
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
+    spawner = worker_of(username, namespace)
+    if old is None and spawner is not None and worker.parent != spawner:
+        # A runtime's credentials spawn only its own children.
+        raise _refuse_spawn(
+            NotYourChildError(
+                "spec.parent",
+                f"worker {spawner} may only spawn workers whose parent is {spawner}, "
+                f"not {worker.parent or 'none'}",
+            )
+        )
     if old is not None:
         _validate_worker_update(worker, old)
         return
@@ -165,3 +177,7 @@ class UnknownWorkerError(VirtualAgentError):
 
 class WorkerFinishedError(VirtualAgentError):
     reason = "WorkerFinished"
+
+
+class NotYourChildError(VirtualAgentError):
+    reason = "NotYourChild"

@@ -31,6 +31,9 @@ def admit_worker(
     namespace: str,
     memo: kopf.Memo,
     warnings: list[str],
+    userinfo: dict[str, Any],
     **_: Any,
 ) -> None:
-    admission.validate_worker(memo.storage, dict(spec), old, namespace, warnings)
+    admission.validate_worker(
+        memo.storage, dict(spec), old, namespace, warnings, userinfo.get("username", "")
+    )

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from agentworkers import metrics
+from agentworkers.access import access_objects, account_name, role_rules
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.worker import TERMINAL_PHASES, BindingSummary, WorkerSpec, WorkerStatus
@@ -96,11 +97,23 @@ class Worker:
         self.update(conditions=conditions)
 
     def save(self, storage: Storage, before: dict[str, Any]) -> None:
-        """Write the status if anything but its timestamps changed."""
+        """Write the fields that changed, if any but timestamps did.
+
+        Only on the version read: the runtime reports to the same status, and a stale
+        write must not undo its report (a 409 makes the pass run again on fresh data).
+        """
         status = self.status.model_copy(update={"observed_generation": self.generation})
-        if _comparable(status.wire()) != _comparable(before):
-            self.status = status.model_copy(update={"updated_at": now()})
-            storage.patch_status("workers", self.namespace, self.name, self.status.wire())
+        new, old = _comparable(status.wire()), _comparable(before)
+        if new == old:
+            return
+        self.status = status.model_copy(update={"updated_at": now()})
+        wire = self.status.wire()
+        changed = {k: v for k, v in wire.items() if k == "updatedAt" or new.get(k) != old.get(k)}
+        version = storage.patch_status(
+            "workers", self.namespace, self.name, changed, self.body["metadata"]["resourceVersion"]
+        )
+        if version:
+            self.body["metadata"]["resourceVersion"] = version
 
 
 def load(body: dict[str, Any]) -> Worker:
@@ -249,12 +262,32 @@ def _adopt(
     elif not annotations:
         return
     try:
-        storage.patch_metadata("workers", worker.body, annotations, labels, owners)
+        version = storage.patch_metadata("workers", worker.body, annotations, labels, owners)
     except ApiException as e:
         if e.status != 409:
             raise
         # Someone wrote in between (perhaps a binding): read again rather than overwrite.
         raise kopf.TemporaryError("the Worker changed while binding; retrying", delay=1) from e
+    worker.body["metadata"]["resourceVersion"] = version
+    if parent_body is not None:
+        _grant(storage, parent_body)
+
+
+def _children(storage: Storage, namespace: str, parent: str) -> list[str]:
+    return [
+        w["metadata"]["name"]
+        for w in storage.items("workers", namespace)
+        if (w.get("spec") or {}).get("parent") == parent
+    ]
+
+
+def _grant(storage: Storage, body: dict[str, Any]) -> None:
+    """Keep a runtime's Role in step with its children (it may read, patch, delete them)."""
+    meta = body["metadata"]
+    rules = role_rules(
+        meta["name"], body["spec"]["agent"], _children(storage, meta["namespace"], meta["name"])
+    )
+    storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
 
 
 def _summary(binding: Binding) -> BindingSummary:
@@ -291,7 +324,11 @@ def _start(
             f"AgentConfig {worker.spec.agent} does not allow {sorted(refused)}",
         )
     effective = resolve(config, worker.spec, profile)
-    pod = build_pod(worker.body, worker.spec, config, effective)
+    storage.ensure_access(access_objects(worker.body, worker.spec.agent))
+    _grant(storage, worker.body)
+    pod = build_pod(
+        worker.body, worker.spec, config, effective, service_account=account_name(worker.name)
+    )
     # A top-level run freezes its agent's active revision: its children bind against it.
     frozen = None if worker.spec.profile else active
     if frozen is not None:

@@ -1,0 +1,105 @@
+"""The least privilege a worker's runtime gets. Pure: names and RBAC objects.
+
+Each Worker has its own ServiceAccount and Role, owned by it. The Role lets the
+runtime read its own Worker and patch its own status, read its agent's config and
+revisions (to re-verify its profile pin), create Workers (admission lets it create
+only children that name it as parent), and read, patch and delete its children,
+whose names the operator adds to the Role as they are bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentworkers.api import GROUP
+from agentworkers.pods import WORKER_LABEL
+
+ACCOUNT_PREFIX = "worker-"
+
+
+def account_name(worker: str) -> str:
+    return f"{ACCOUNT_PREFIX}{worker}"[:253]
+
+
+def worker_of(username: str, namespace: str) -> str | None:
+    """The worker whose runtime `username` is, from an admission request's user info."""
+    prefix = f"system:serviceaccount:{namespace}:{ACCOUNT_PREFIX}"
+    return username[len(prefix) :] if username.startswith(prefix) else None
+
+
+def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, Any]]:
+    own = [worker]
+    rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [GROUP],
+            "resources": ["workers"],
+            "verbs": ["get", "list", "watch"],
+            "resourceNames": own,
+        },
+        {
+            "apiGroups": [GROUP],
+            "resources": ["workers/status"],
+            "verbs": ["get", "patch", "update"],
+            "resourceNames": own,
+        },
+        {"apiGroups": [GROUP], "resources": ["workers"], "verbs": ["create"]},
+        {
+            "apiGroups": [GROUP],
+            "resources": ["agentconfigs"],
+            "verbs": ["get"],
+            "resourceNames": [agent],
+        },
+        {"apiGroups": [GROUP], "resources": ["agentconfigrevisions"], "verbs": ["get"]},
+    ]
+    if children:
+        rules.append(
+            {
+                "apiGroups": [GROUP],
+                "resources": ["workers"],
+                "verbs": ["get", "list", "watch", "patch", "delete"],
+                "resourceNames": sorted(set(children)),
+            }
+        )
+    return rules
+
+
+def access_objects(worker_body: dict[str, Any], agent: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding of one worker's runtime, owned by the Worker."""
+    meta = worker_body["metadata"]
+    name = account_name(meta["name"])
+    owned = {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": {WORKER_LABEL: meta["name"]},
+        "ownerReferences": [
+            {
+                "apiVersion": worker_body["apiVersion"],
+                "kind": worker_body["kind"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": owned,
+            "automountServiceAccountToken": True,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": owned,
+            "rules": role_rules(meta["name"], agent, []),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": owned,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": meta["namespace"]}],
+        },
+    ]
