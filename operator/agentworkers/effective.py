@@ -57,6 +57,7 @@ class EffectiveConfig(KubeModel):
     secrets: tuple[StrictStr, ...] = ()
     profile: StrictStr | None = None
     output_schema: dict[str, Any] | None = None
+    script: list[dict[str, Any]] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -169,6 +170,7 @@ def resolve(
         secrets=allowed_secrets(config, worker),
         profile=profile.key if profile else None,
         output_schema=profile.output_schema if profile else None,
+        script=worker.script if worker.script is not None else model.script,
         sources=sources,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
@@ -54,6 +54,11 @@ class ModelDefaults(KubeModel):
     )
     reasoning_effort: Literal["off", "low", "medium", "high"] | None = Field(
         default=None, description="How hard the model thinks: off, low, medium or high."
+    )
+    script: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="For the scripted provider: the steps it replies with ({reply}, {tool, "
+        "args}, {thought}, {match, reply}); a Worker's own script wins.",
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictInt, StrictStr, StringConstraints
 
@@ -59,6 +59,11 @@ class WorkerSpec(KubeModel):
     )
     mcps: tuple[StrictStr, ...] | None = Field(
         default=None, description="MCP servers to keep, from the agent's; omit for all of them."
+    )
+    script: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="For the scripted provider: this run's own script (see AgentConfig "
+        "spec.model.script).",
     )
     reasoning: Literal["off", "low", "medium", "high"] | None = Field(
         default=None, description="Reasoning effort override."

@@ -1,0 +1,316 @@
+"""`agentworkers run`: the program in a worker pod, wired to its Worker through the API.
+
+It reads its own Worker (with its own least-privilege credentials), re-verifies its
+profile pin before the first step, builds the agent loop from the effective config
+the operator computed, and then:
+
+* reports phase, output, error, the last event and a ring of recent events to its
+  Worker's status (its own fields; the operator writes the others);
+* delivers spec.queries, in order, once each (an interactive run idles between them;
+  any other run is Done after its first answer);
+* stops on spec.kill or SIGTERM (the operator records the kill; the runtime just ends).
+
+Every event is also one JSON line on stdout, so `kubectl logs` shows the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kubernetes
+
+from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec
+from agentworkers.api.worker import WorkerEvent
+from agentworkers.client import Client
+from agentworkers.conditions import now
+from agentworkers.effective import EffectiveConfig
+from agentworkers.pods import SECRETS_DIR
+from agentworkers.runtime.events import EventBus, JsonLinesSink
+from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
+from agentworkers.runtime.models import client_for
+from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
+from agentworkers.spawning import BINDING_ANNOTATION, verify_run_start
+from agentworkers.storage import Storage
+from agentworkers.virtualagent import VirtualAgentError
+
+log = logging.getLogger("agentworkers.runtime")
+T = TypeVar("T")
+
+PHASES = {RUNNING: "Running", IDLE: "Idle", DONE: "Done", FAILED: "Failed"}
+RING = 50
+REPORT_EVERY = 0.5  # seconds: events are batched into one status write
+
+
+class Reporter:
+    """Writes the runtime's part of the Worker status, batching events, never blocking the loop."""
+
+    def __init__(self, storage: Storage, namespace: str, name: str, bus: EventBus) -> None:
+        self.storage, self.namespace, self.name, self.bus = storage, namespace, name, bus
+        self.pending: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        self.stopped = threading.Event()
+        self.sent_index = 0
+        self.thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
+        self.thread.start()
+
+    def report(self, **fields: Any) -> None:
+        with self.lock:
+            self.pending.update(fields)
+        self.wake.set()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            self.wake.wait(REPORT_EVERY)
+            self.wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            fields, self.pending = self.pending, {}
+        if self.bus.last_index > self.sent_index:
+            events = self.bus.recent(0, RING)
+            fields["events"] = [
+                WorkerEvent(
+                    index=e.index, kind=e.kind.value, time=e.time, summary=e.summary()
+                ).wire()
+                for e in events
+            ]
+            fields["eventIndex"] = self.bus.last_index
+            fields.setdefault("lastEvent", events[-1].summary()[:200])
+            self.sent_index = self.bus.last_index
+        if not fields:
+            return
+        fields["updatedAt"] = now()
+        try:
+            self.storage.patch_status("workers", self.namespace, self.name, fields)
+        except kubernetes.client.ApiException as e:
+            log.warning("could not report status (%s); retrying with the next report", e.reason)
+            with self.lock:
+                self.pending = {**fields, **self.pending}
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.wake.set()
+        self.thread.join(5)
+        self.flush()
+
+
+GRANT_WAIT = 15.0  # seconds: the operator grants a runtime its new child right after binding it
+
+
+def _once_granted(call: Callable[[], T]) -> T:
+    """Retry a call refused with 403 for a short while: access to a child just spawned
+    arrives when the operator has bound it (eventual, within moments)."""
+    deadline = time.monotonic() + GRANT_WAIT
+    while True:
+        try:
+            return call()
+        except kubernetes.client.ApiException as e:
+            if e.status != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+class KubeWorkerOps:
+    """The planner tools' view of the cluster: children of this worker, of its agent."""
+
+    def __init__(self, client: Client, me: str, agent: str) -> None:
+        self.client, self.me, self.agent = client, me, agent
+
+    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]:
+        spec = WorkerSpec(
+            agent=self.agent, parent=self.me, profile=profile, initial_message=message
+        )
+        created = self.client.spawn(name, spec)
+        return {"name": created.name, "profile": profile}
+
+    def inspect(self, name: str, since: int) -> dict[str, Any]:
+        info = _once_granted(lambda: self.client.get(name))
+        events = [e.wire() for e in info.status.events if e.index > since]
+        return {
+            "name": name,
+            "phase": info.status.phase,
+            "lastEvent": info.status.last_event,
+            "events": events,
+        }
+
+    def collect(self, name: str, timeout: float) -> dict[str, Any]:
+        result = _once_granted(lambda: self.client.collect(name, timeout))
+        return {"name": name, "phase": result.phase, "output": result.output, "error": result.error}
+
+    def kill(self, name: str, reason: str) -> dict[str, Any]:
+        _once_granted(lambda: self.client.kill(name, reason, by=self.me))
+        return {"name": name, "killed": True}
+
+
+def _api_key(config: EffectiveConfig) -> str | None:
+    if not config.api_key_secret:
+        return os.environ.get("AGENTWORKERS_API_KEY")
+    path = Path(SECRETS_DIR) / config.api_key_secret / "apiKey"
+    return path.read_text().strip() if path.exists() else os.environ.get("AGENTWORKERS_API_KEY")
+
+
+def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
+    """The runtime's own re-check, before its first step: a restart runs the exact profile."""
+    spec = WorkerSpec.model_validate(body["spec"])
+    if not spec.profile:
+        return
+    namespace = body["metadata"]["namespace"]
+    config = storage.get("agentconfigs", namespace, spec.agent) or {}
+    active = AgentConfigStatus.model_validate(config.get("status") or {}).active_revision
+    current = storage.revision_spec(namespace, active.name) if active else None
+    verify_run_start((body["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION), current)
+
+
+def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
+    if kubeconfig or os.environ.get("KUBECONFIG"):
+        api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    else:
+        in_cluster = kubernetes.client.Configuration()
+        kubernetes.config.load_incluster_config(client_configuration=in_cluster)
+        api = kubernetes.client.ApiClient(in_cluster)
+    storage = Storage(api)
+    body = storage.get("workers", namespace, name)
+    if body is None:
+        log.error("worker %s/%s not found", namespace, name)
+        return 1
+    bus = EventBus(name)
+    sink = JsonLinesSink(bus, sys.stdout)
+    reporter = Reporter(storage, namespace, name, bus)
+    try:
+        verify_pin(storage, body)
+    except VirtualAgentError as error:
+        reporter.report(
+            phase="Failed",
+            error=f"{error.reason}: {error}",
+            lastEvent=f"{error.reason} at run start",
+        )
+        reporter.close()
+        sink.close()
+        return 1
+    config = EffectiveConfig.model_validate_json(os.environ["AGENTWORKERS_EFFECTIVE_CONFIG"])
+    spec = WorkerSpec.model_validate(body["spec"])
+    tools = [
+        *Sandbox(sandbox).tools(),
+        *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent)),
+    ]
+    finished = threading.Event()
+
+    def on_status(status: str, output: str | None, error: str | None) -> None:
+        fields: dict[str, Any] = {"phase": PHASES.get(status, "Running")}
+        if output is not None:
+            fields["output"] = output
+        if error is not None:
+            fields["error"] = error
+        reporter.report(**fields)
+        if status in (DONE, FAILED):
+            finished.set()
+
+    loop = AgentLoop(
+        config,
+        client_for(config, _api_key(config), config.script),
+        Toolbox.for_config(config, tools),
+        bus,
+        on_status,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    delivered = int((body.get("status") or {}).get("queriesDelivered") or 0)
+    code = 0
+    try:
+        if spec.initial_message and delivered == 0:
+            loop.send(spec.initial_message)
+        code = _serve(storage, namespace, name, spec, loop, reporter, finished, stop, delivered)
+    except LoopClosed:
+        code = 1
+    finally:
+        loop.close()
+        reporter.close()
+        sink.close()
+        api.close()
+    return code
+
+
+def _serve(
+    storage: Storage,
+    namespace: str,
+    name: str,
+    spec: WorkerSpec,
+    loop: AgentLoop,
+    reporter: Reporter,
+    finished: threading.Event,
+    stop: threading.Event,
+    delivered: int,
+) -> int:
+    """Deliver queries and watch for a kill until the run ends."""
+    custom = kubernetes.client.CustomObjectsApi(storage.api)
+    while not stop.is_set():
+        if finished.is_set():
+            return 0 if loop.status == DONE else 1
+        if not spec.interactive and loop.wait_idle(0) and loop.status == IDLE:
+            loop.finish()
+            continue
+        watch = kubernetes.watch.Watch()
+        try:
+            for event in watch.stream(
+                custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                "workers",
+                field_selector=f"metadata.name={name}",
+                timeout_seconds=1,
+            ):
+                current = WorkerSpec.model_validate(event["object"]["spec"])
+                if current.kill is not None:
+                    stop.set()
+                    break
+                for query in current.queries[delivered:]:
+                    loop.send(query)
+                    delivered += 1
+                    reporter.report(queriesDelivered=delivered)
+                if stop.is_set() or finished.is_set():
+                    break
+        except kubernetes.client.ApiException as e:
+            log.warning("watching the Worker failed (%s)", e.reason)
+            time.sleep(1)
+        finally:
+            watch.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="agentworkers run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--worker", default=os.environ.get("AGENTWORKERS_WORKER"), required=False)
+    parser.add_argument("--namespace", default=os.environ.get("AGENTWORKERS_NAMESPACE"))
+    parser.add_argument("--sandbox", default=os.environ.get("AGENTWORKERS_SANDBOX", os.getcwd()))
+    parser.add_argument("--kubeconfig")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.worker or not args.namespace:
+        parser.error(
+            "--worker and --namespace (or AGENTWORKERS_WORKER, AGENTWORKERS_NAMESPACE) are required"
+        )
+    return run(args.worker, args.namespace, args.sandbox, args.kubeconfig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
