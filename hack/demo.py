@@ -3,78 +3,167 @@
 
     make demo
 
-Brings the local control plane up (building it on first use), installs the CRDs,
-runs the operator, applies the examples and shows what a user would look at.
+1. Brings the local control plane up (building it on first use) and installs the CRDs.
+2. Runs the operator (with its admission webhook) and the local pod runner.
+3. Applies the example agent "planner" with virtual-agent profiles through both doors.
+4. Runs a planner worker that spawns two children with different profiles, collects
+   their outputs, and answers; kills another worker with a reason.
+5. Prints a summary: workers, phases, profile hashes, the kill Event.
+
+The workers use the scripted model by default. With an OpenAI-compatible endpoint
+(AGENTWORKERS_OPENAI_BASE_URL, AGENTWORKERS_OPENAI_MODEL, and AGENTWORKERS_API_KEY if
+it needs one) the same agents talk to a real model instead.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.e2e.support: the same operator launcher the tests use
+
+from agentworkers.api import WorkerSpec  # noqa: E402
+from agentworkers.client import Client  # noqa: E402
+from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
+
+NAMESPACE = "agentworkers-demo"
+BOLD, DIM, RESET = "\033[1m", "\033[2m", "\033[0m"
+
+CHILD_SCRIPT = [
+    {"match": "review", "reply": '{"verdict": "approve"}'},
+    {"match": "research", "reply": "Three sources agree: the cache is the bottleneck."},
+    {"reply": "working on it"},
+]
+PLANNER_SCRIPT = [
+    {"thought": "Two specialists: a reviewer and a researcher."},
+    {"tool": "spawn_worker", "args": {"name": "demo-reviewer", "message": "review the cache diff", "profile": "reviewer"}},
+    {"tool": "spawn_worker", "args": {"name": "demo-researcher", "message": "research cache misses", "profile": "researcher"}},
+    {"tool": "collect_worker", "args": {"name": "demo-reviewer", "timeout": 120}},
+    {"tool": "collect_worker", "args": {"name": "demo-researcher", "timeout": 120}},
+    {"reply": "Plan done: the diff is approved, and research points at the cache."},
+]
 
 
 def step(title: str) -> None:
-    print(f"\n\033[1m== {title}\033[0m", flush=True)
+    print(f"\n{BOLD}== {title}{RESET}", flush=True)
 
 
 def main() -> int:
     step("Local control plane")
     up = subprocess.run(
         [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
+        stdout=subprocess.PIPE, text=True, check=True,
     )
     info = json.loads(up.stdout.strip().splitlines()[-1])
-    env = dict(
-        os.environ, KUBECONFIG=info["kubeconfig"], PATH=f"{info['binDir']}:{os.environ['PATH']}"
-    )
+    import kubernetes  # noqa: PLC0415
 
-    def kubectl(*args: str, stdin: str | None = None, show: bool = True) -> str:
-        if show:
-            print(f"$ kubectl {' '.join(args)}", flush=True)
-        out = subprocess.run(
-            ["kubectl", *args], input=stdin, env=env, capture_output=True, text=True, check=True
-        ).stdout
-        if show:
-            print(out.rstrip(), flush=True)
+    api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
+    cluster = Cluster(Path(info["kubeconfig"]), Path(info["binDir"]), api)
+
+    def kubectl(*args: str, stdin: str | None = None) -> str:
+        print(f"{DIM}$ kubectl {' '.join(args)}{RESET}", flush=True)
+        out = cluster.kubectl(*args, stdin=stdin).stdout.rstrip()
+        if out:
+            print(out, flush=True)
         return out
 
-    kubectl("version")
-    kubectl("get", "nodes", "-o", "wide")
-
-    step("CustomResourceDefinitions")
+    kubectl("get", "nodes")
     kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"), show=False)
-    kubectl("api-resources", "--api-group=agentworkers.io")
+    cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    cluster.kubectl("create", "namespace", NAMESPACE)
 
-    step("A pod on a kwok node")
-    kubectl("delete", "pod", "demo-hello", "--ignore-not-found", "--wait=true", show=False)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "demo-hello"},
-        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
-    }
-    kubectl("apply", "-f", "-", stdin=json.dumps(pod))
-    kubectl("wait", "--for=jsonpath={.status.phase}=Running", "pod/demo-hello", "--timeout=60s")
-    kubectl("get", "pod", "demo-hello", "-o", "wide")
-    kubectl("delete", "pod", "demo-hello", "--wait=false", show=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        step("Operator and local pod runner")
+        with Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator:
+            runner = subprocess.Popen(
+                [sys.executable, str(REPO / "hack" / "podrunner.py"), f"--kubeconfig={cluster.kubeconfig}",
+                 f"--namespace-prefix={NAMESPACE}", f"--logs={workdir / 'pods'}"],
+                stdout=(workdir / "podrunner.log").open("wb"), stderr=subprocess.STDOUT, env=cluster.env,
+            )
+            try:
+                print(f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; pod runner pid {runner.pid}")
+                return demo(cluster, api, kubectl, workdir)
+            finally:
+                runner.terminate()
+                runner.wait(timeout=30)
 
-    step("Done")
-    print(f"The cluster keeps running: export KUBECONFIG={info['kubeconfig']}")
-    print(f"kubectl is in {info['binDir']}; `make cluster-down` stops everything.")
-    return 0
+
+def configured(config: dict[str, Any]) -> dict[str, Any]:
+    """The example agent, scripted, or pointed at a real model when the environment says so."""
+    config = copy.deepcopy(config)
+    base_url = os.environ.get("AGENTWORKERS_OPENAI_BASE_URL")
+    if base_url:
+        config["spec"]["model"].update(provider="openai", baseURL=base_url,
+                                       model=os.environ.get("AGENTWORKERS_OPENAI_MODEL", "gpt-4o-mini"))
+    else:
+        config["spec"]["model"]["script"] = CHILD_SCRIPT
+    return config
+
+
+def demo(cluster: Cluster, api: Any, kubectl: Any, workdir: Path) -> int:
+    examples = REPO / "examples"
+    step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
+    config = configured(yaml.safe_load((examples / "agentconfig.yaml").read_text()))
+    kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
+    kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
+    wait_until("revision 1", lambda: cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)
+               .get("status", {}).get("activeRevision"))
+    time.sleep(1)
+    kubectl("get", "agentworkers", "-n", NAMESPACE)
+
+    step("A profile that would widen is refused at the door")
+    bad = {"apiVersion": "agentworkers.io/v1alpha1", "kind": "VirtualAgentProfile",
+           "metadata": {"name": "planner-rogue"},
+           "spec": {"agent": "planner", "key": "rogue", "overlay": {"providers": ["anything"]}}}
+    refused = cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(bad), check=False)
+    print(refused.stderr.strip())
+
+    client = Client(api, NAMESPACE)
+    step("A planner spawns two children with different virtual profiles")
+    script = None if os.environ.get("AGENTWORKERS_OPENAI_BASE_URL") else PLANNER_SCRIPT
+    client.spawn("demo-planner", WorkerSpec(agent="planner", initial_message="Review and research the cache change.",
+                                            script=script))
+    client.spawn("demo-idler", WorkerSpec(agent="planner", initial_message="stand by", interactive=True))
+    planner = client.wait("demo-planner", frozenset({"Done", "Failed"}), timeout=180)
+    print(f"planner: {planner.status.phase}: {planner.status.output or planner.status.error}")
+    for event in planner.status.events:
+        print(f"  {DIM}#{event.index:<3} {event.kind:18} {event.summary[:110]}{RESET}")
+
+    step("Kill a worker with a reason")
+    client.wait("demo-idler", frozenset({"Idle"}), timeout=60)
+    client.kill("demo-idler", reason="the demo no longer needs it", by="demo")
+    killed = client.collect("demo-idler", timeout=60)
+    print(f"collect demo-idler -> phase {killed.phase}, error {killed.error!r}")
+
+    step("Summary")
+    revision = cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)["status"]["activeRevision"]
+    print(f"AgentConfig planner: revision {revision['revision']} ({revision['name']}), digest {revision['digest'][:16]}…")
+    frozen = cluster.kubectl_json("get", "acr", revision["name"], "-n", NAMESPACE)["spec"]["profileMap"]["profiles"]
+    for p in frozen:
+        print(f"  profile {p['profile']['key']:11} hash {p['hash'][:16]}…  from {p['source']}")
+    kubectl("get", "workers", "-n", NAMESPACE, "-o", "wide")
+    events = cluster.kubectl_json("get", "events", "-n", NAMESPACE, "--field-selector", "reason=Killed")["items"]
+    for e in events:
+        print(f"Event {e['type']} {e['reason']} on {e['involvedObject']['kind']}/{e['involvedObject']['name']}: {e['message']}")
+    print(f"\nThe cluster keeps running: export KUBECONFIG={cluster.kubeconfig}; "
+          f"kubectl is in {cluster.bin_dir}. `make cluster-down` stops it.")
+    return 0 if planner.status.phase == "Done" and killed.phase == "Killed" else 1
 
 
 if __name__ == "__main__":
     started = time.monotonic()
     code = main()
-    print(f"(demo took {time.monotonic() - started:.0f}s)")
+    print(f"{DIM}(demo took {time.monotonic() - started:.0f}s){RESET}")
     sys.exit(code)

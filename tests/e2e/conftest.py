@@ -109,3 +109,26 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         cluster.kubectl(
             "delete", kind, f"agentworkers-{SESSION}.io", "--ignore-not-found", check=False
         )
+
+
+@pytest.fixture(scope="session")
+def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """hack/podrunner.py: runs this session's worker pods as local processes. Yields the log dir."""
+    logs = tmp_path_factory.mktemp("pods")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "hack" / "podrunner.py"),
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--namespace-prefix={SESSION}-",
+            f"--logs={logs}",
+        ],
+        stdout=(logs / "podrunner.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        env=cluster.env,
+    )
+    try:
+        yield logs
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

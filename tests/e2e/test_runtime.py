@@ -1,0 +1,219 @@
+"""Real runs: the runtime in worker pods (through the local pod runner), scripted models."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentworkers.api import WorkerSpec
+from agentworkers.client import Client
+from tests.e2e.support import Cluster, wait_until
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
+PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+
+pytestmark = pytest.mark.usefixtures("operator", "podrunner")
+
+
+def _agent(cluster: Cluster, namespace: str, script: list[dict[str, Any]], **limits: int) -> None:
+    """The example agent, its profiles, and a script its workers (children too) follow."""
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["model"]["script"] = script
+    config["spec"]["limits"].update(limits)
+    cluster.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, config]),
+    )
+    wait_until(
+        "the agent's first revision",
+        lambda: (
+            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
+
+
+def _settled(client: Client, name: str, phase: str, timeout: float = 60) -> Any:
+    return wait_until(
+        f"{name} to be {phase}",
+        lambda: (info := client.get(name)).status.phase == phase and info,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def client(cluster: Cluster, namespace: str) -> Client:
+    return Client(cluster.api, namespace)
+
+
+def test_a_single_run_ends_done_with_its_output_and_events(
+    cluster: Cluster, namespace: str, client: Client, podrunner: Path
+) -> None:
+    _agent(cluster, namespace, [{"thought": "easy one"}, {"reply": "hello from the sandbox"}])
+    client.spawn("solo", WorkerSpec(agent="planner", initial_message="say hello"))
+    info = _settled(client, "solo", "Done")
+    assert info.status.output == "hello from the sandbox"
+    kinds = [e.kind for e in info.status.events]
+    assert kinds[0] == "status_change" and "thought" in kinds and "assistant_message" in kinds
+    assert [e.index for e in info.status.events] == list(range(1, len(kinds) + 1))
+    wait_until(
+        "the pod to succeed",
+        lambda: (
+            cluster.kubectl_json("get", "pod", "solo", "-n", namespace)["status"]["phase"]
+            == "Succeeded"
+        ),
+    )
+    # Every event is a JSON line on the pod's stdout.
+    lines = [
+        json.loads(line)
+        for line in (podrunner / f"{namespace}_solo.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    assert {line["kind"] for line in lines} >= {"status_change", "thought", "assistant_message"}
+    assert all(line["worker"] == "solo" for line in lines)
+    result = client.collect("solo", timeout=10)
+    assert (result.phase, result.output) == ("Done", "hello from the sandbox")
+
+
+def test_a_query_round_trip_through_idle(cluster: Cluster, namespace: str, client: Client) -> None:
+    _agent(cluster, namespace, [{"match": "ping", "reply": "pong"}, {"reply": "ready"}])
+    client.spawn("chat", WorkerSpec(agent="planner", initial_message="start", interactive=True))
+    assert _settled(client, "chat", "Idle").status.output == "ready"
+    client.query("chat", "ping please")
+    info = wait_until("the answer", lambda: (i := client.get("chat")).status.output == "pong" and i)
+    assert info.status.queries_delivered == 1 and info.status.phase == "Idle"
+    result = client.collect("chat", timeout=10)
+    assert (result.phase, result.output) == ("Idle", "pong")
+
+
+def test_a_planner_spawns_a_profiled_child_and_collects_it(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    # Children follow the agent's script; the planner has its own.
+    _agent(cluster, namespace, [{"match": "review", "reply": '{"verdict": "approve"}'}])
+    planner_script = [
+        {
+            "tool": "spawn_worker",
+            "args": {"name": "reviewer-1", "message": "review this diff", "profile": "reviewer"},
+        },
+        {"tool": "collect_worker", "args": {"name": "reviewer-1", "timeout": 60}},
+        {"reply": "the reviewer approved"},
+    ]
+    client.spawn("boss", WorkerSpec(agent="planner", initial_message="plan", script=planner_script))
+    info = _settled(client, "boss", "Done", timeout=90)
+    assert info.status.output == "the reviewer approved"
+    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    assert any('"verdict": "approve"' in r or "approve" in r for r in results), results
+    assert any("Done" in r for r in results), results
+
+
+def test_a_profiled_child_cannot_spawn_a_profiled_grandchild(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    child_script = [
+        {
+            "tool": "spawn_worker",
+            "args": {"name": "grandchild", "message": "go", "profile": "translator"},
+        },
+        {"reply": "tried"},
+    ]
+    _agent(cluster, namespace, child_script)
+    planner_script = [
+        {
+            "tool": "spawn_worker",
+            "args": {"name": "kid", "message": "research", "profile": "researcher"},
+        },
+        {"reply": "ok"},
+    ]
+    client.spawn("top", WorkerSpec(agent="planner", initial_message="plan", script=planner_script))
+    _settled(client, "top", "Done", timeout=90)
+    kid = _settled(client, "kid", "Done", timeout=90)
+    assert kid.status.output == "tried"
+    refusals = [e.summary for e in kid.status.events if e.kind == "tool_result"]
+    assert any("ProfileRecursion" in r for r in refusals), refusals
+    assert (
+        cluster.kubectl("get", "worker", "grandchild", "-n", namespace, check=False).returncode != 0
+    )
+
+
+def test_hidden_tools_sandbox_escapes_and_limits(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    script = [
+        {"tool": "write_file", "args": {"path": "../escape.txt", "content": "x"}},
+        {"tool": "read_file", "args": {"path": "/etc/passwd"}},
+        {"tool": "write_file", "args": {"path": "notes.txt", "content": "inside"}},
+        {"tool": "read_file", "args": {"path": "notes.txt"}},
+        {"reply": "four tools later"},
+    ]
+    _agent(cluster, namespace, script, maxSteps=3)
+    client.spawn("limited", WorkerSpec(agent="planner", initial_message="go"))
+    info = _settled(client, "limited", "Failed")
+    assert "max_steps (3) exhausted" in (info.status.error or "")
+    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    assert any("escape" in r and "outside" in r.lower() for r in results), results
+    assert any("/etc/passwd" in r for r in results), results
+
+    # A profile that disables write_file: the tool is not there for the child.
+    hidden = [
+        {"tool": "write_file", "args": {"path": "a.txt", "content": "x"}},
+        {"reply": '{"verdict": "approve"}'},
+    ]
+    client.spawn(
+        "p",
+        WorkerSpec(
+            agent="planner", initial_message="x", interactive=True, script=[{"reply": "idle"}]
+        ),
+    )
+    _settled(client, "p", "Idle")
+    client.spawn(
+        "rev",
+        WorkerSpec(
+            agent="planner", parent="p", profile="reviewer", initial_message="review", script=hidden
+        ),
+    )
+    info = _settled(client, "rev", "Done")
+    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    assert any("not available" in r for r in results), results
+
+
+def test_an_output_that_fails_its_schema_fails_the_run(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    _agent(cluster, namespace, [{"reply": "idle"}])
+    client.spawn("p", WorkerSpec(agent="planner", initial_message="x", interactive=True))
+    _settled(client, "p", "Idle")
+    client.spawn(
+        "rev",
+        WorkerSpec(
+            agent="planner",
+            parent="p",
+            profile="reviewer",
+            initial_message="review",
+            script=[{"reply": '{"verdict": "maybe"}'}],
+        ),
+    )
+    info = _settled(client, "rev", "Failed")
+    assert "verdict" in (info.status.error or "")
+
+
+def test_a_kill_mid_run_stops_the_process_and_collect_returns_the_reason(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    _agent(cluster, namespace, [{"reply": "waiting for more"}])
+    client.spawn("longrun", WorkerSpec(agent="planner", initial_message="start", interactive=True))
+    _settled(client, "longrun", "Idle")
+    client.kill("longrun", reason="the plan changed", by="planner")
+    result = client.collect("longrun", timeout=30)
+    assert (result.phase, result.error) == ("Killed", "the plan changed")
