@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo test unit e2e lint format typecheck crds cluster-up cluster-down cluster-status bench clean
+.PHONY: help demo test unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -38,8 +38,15 @@ format: $(BIN)/.installed
 typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
-crds: $(BIN)/.installed ## regenerate crds/ from the models
+crds: $(BIN)/.installed ## regenerate crds/ (and the chart's copy) from the models
 	$(BIN)/python -m agentworkers.crdgen crds
+	cp crds/*.yaml charts/agentworkers/crds/
+
+helm: ## build helm from Go modules (cached)
+	hack/build-helm.sh
+
+image: ## build the operator and runtime image (needs a Docker engine)
+	docker build -t ghcr.io/agentworkers/agentworkers:0.1.0 .
 
 cluster-up: $(BIN)/.installed ## start the local control plane (etcd, apiserver, controllers, kwok)
 	$(CLUSTER) up

@@ -1,0 +1,642 @@
+"""The Helm chart: lints clean, renders every documented value set, and what it renders is
+what a platform team expects (least-privilege RBAC, restricted pods, probes, TLS, peering).
+
+Pure checks on `helm template` output; tests/e2e/test_chart.py applies it to a real API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agentworkers import cli
+from agentworkers.controller.tls import RENEW_BEFORE
+from agentworkers.pods import WORKER_LABEL
+from tests.unit.chart.helm import (
+    CHART,
+    REPO,
+    VALUE_SETS,
+    HelmUnavailable,
+    find,
+    helm,
+    helm_binary,
+    one,
+    render,
+    value_args,
+)
+
+# A cold helm build takes minutes on two cores; later runs find it cached.
+pytestmark = pytest.mark.timeout(1800)
+
+FULLNAME = "agentworkers"
+NAMESPACE = "agentworkers-system"
+RBAC_KINDS = ("Role", "ClusterRole")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _helm() -> None:
+    try:
+        helm_binary()
+    except HelmUnavailable as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    return {name: render(name) for name in VALUE_SETS}
+
+
+def deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "Deployment")
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = deployment(objects)["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["operator"]
+    return dict(containers[0])
+
+
+def args_of(objects: list[dict[str, Any]]) -> list[str]:
+    return list(container(objects)["args"])
+
+
+def rules_of(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return list(one(objects, "ClusterRole", name)["rules"])
+
+
+def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r.get("apiGroups", [])
+        and resource in r.get("resources", [])
+        and verb in r.get("verbs", [])
+        and not r.get("resourceNames")
+        for r in rules
+    )
+
+
+# --- every value set ----------------------------------------------------------------
+
+
+def test_the_documented_value_sets_are_there() -> None:
+    assert {"default", "namespaced", "certmanager", "peering", "networkpolicy", "kind"} <= set(
+        VALUE_SETS
+    )
+    assert "servicemonitor" in VALUE_SETS
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_lints_clean(value_set: str) -> None:
+    result = helm("lint", "--strict", str(CHART), *value_args(value_set))
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_no_wildcards_in_any_role(
+    rendered: dict[str, list[dict[str, Any]]], value_set: str
+) -> None:
+    roles = [o for o in rendered[value_set] if o["kind"] in RBAC_KINDS]
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups", "resourceNames", "nonResourceURLs"):
+                assert "*" not in rule.get(field, []), (role["metadata"]["name"], rule)
+            assert not any("*" in r for r in rule.get("resources", [])), rule
+            # No write access to secrets, ever; no escalation through RBAC verbs.
+            assert "secrets" not in rule.get("resources", []), rule
+            assert not {"escalate", "impersonate"} & set(rule["verbs"]), rule
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_operator_pod_passes_pod_security_restricted(
+    rendered: dict[str, list[dict[str, Any]]], value_set: str
+) -> None:
+    pod = deployment(rendered[value_set])["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+    for c in pod["containers"]:
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert not sc["capabilities"].get("add")
+        assert sc["readOnlyRootFilesystem"] is True
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert not sc.get("privileged")
+    for volume in pod["volumes"]:
+        # "restricted" allows only these volume types.
+        assert set(volume) - {"name"} <= {"emptyDir", "secret", "configMap", "projected"}
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_probes_call_kopfs_liveness_endpoint(
+    rendered: dict[str, list[dict[str, Any]]], value_set: str
+) -> None:
+    c = container(rendered[value_set])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    liveness = next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--liveness="))
+    assert liveness == f"http://0.0.0.0:{ports['health']}/healthz"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_the_operator_accepts_its_arguments(
+    rendered: dict[str, list[dict[str, Any]]], value_set: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment's arguments parse with the real CLI: no flag the operator lacks."""
+    c = container(rendered[value_set])
+    assert c["image"] == "ghcr.io/agentworkers/agentworkers:0.1.0"
+    seen: list[argparse.Namespace] = []
+
+    def fake_operator(args: argparse.Namespace) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(cli, "_operator", fake_operator)
+    assert cli.main(c["args"]) == 0
+    assert len(seen) == 1
+    parsed = seen[0]
+    if "--no-webhook" not in c["args"]:
+        assert parsed.webhook_addr == "0.0.0.0"
+        assert str(parsed.tls_dir) == next(
+            m["mountPath"] for m in c["volumeMounts"] if m["name"] == "webhook-tls"
+        )
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_objects_are_named_and_labelled(
+    rendered: dict[str, list[dict[str, Any]]], value_set: str
+) -> None:
+    for obj in rendered[value_set]:
+        meta = obj["metadata"]
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", meta["name"]), meta["name"]
+        assert len(meta["name"]) <= 63, meta["name"]
+        assert meta["labels"]["app.kubernetes.io/instance"] == "agentworkers"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_selectors_match(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["default"]
+    pod_labels = deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    selector = deployment(objects)["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    for service in find(objects, "Service"):
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        container_ports = {p["name"] for p in container(objects)["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= container_ports
+
+
+# --- RBAC ---------------------------------------------------------------------------
+
+# What the operator does through the API (storage.py, kopf), resource by resource.
+OPERATOR_NEEDS = [
+    ("agentworkers.io", "agentconfigs", "get list watch patch update"),
+    ("agentworkers.io", "virtualagentprofiles", "get list watch patch update"),
+    ("agentworkers.io", "workers", "get list watch patch update"),
+    ("agentworkers.io", "agentconfigs/status", "get patch update"),
+    ("agentworkers.io", "workers/status", "get patch update"),
+    # blockOwnerDeletion on what it owns (OwnerReferencesPermissionEnforcement).
+    ("agentworkers.io", "workers/finalizers", "update"),
+    ("agentworkers.io", "agentconfigs/finalizers", "update"),
+    ("agentworkers.io", "agentconfigrevisions", "get list watch create delete"),
+    ("", "pods", "get list watch create delete"),
+    ("", "events", "create patch"),
+    ("events.k8s.io", "events", "create patch"),
+    ("", "serviceaccounts", "get create delete"),
+    ("rbac.authorization.k8s.io", "roles", "get create patch delete"),
+    ("rbac.authorization.k8s.io", "rolebindings", "get create delete"),
+]
+OPERATOR_CLUSTER_NEEDS = [
+    ("", "namespaces", "list watch"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list watch"),
+    (
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "get list watch create patch",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "get list watch create patch",
+    ),
+]
+
+
+def test_operator_rbac_covers_what_it_does(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["default"]
+    namespaced = rules_of(objects, f"{FULLNAME}-namespaced")
+    cluster = rules_of(objects, FULLNAME)
+    for group, resource, verbs in OPERATOR_NEEDS:
+        for verb in verbs.split():
+            assert allows(namespaced, group, resource, verb), (group, resource, verb)
+    for group, resource, verbs in OPERATOR_CLUSTER_NEEDS:
+        for verb in verbs.split():
+            assert allows(cluster, group, resource, verb), (group, resource, verb)
+    # Nothing it does not need.
+    assert not any(
+        allows(namespaced + cluster, "", r, v)
+        for r in ("secrets", "configmaps", "nodes")
+        for v in ("get", "list", "create", "delete")
+    )
+    assert not allows(namespaced + cluster, "", "namespaces", "delete")
+    assert not allows(namespaced + cluster, "", "namespaces", "get")
+
+
+def test_operator_can_grant_a_worker_its_role(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """RBAC lets no one grant what it does not hold: the worker Role must be within the
+    operator's own namespaced permissions (the e2e test proves it on a real API server)."""
+    namespaced = rules_of(rendered["default"], f"{FULLNAME}-namespaced")
+    role = one(worker_role_objects(), "Role")
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert allows(namespaced, group, resource, verb), (resource, verb)
+
+
+def test_cluster_wide_binding_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["default"]
+    assert not find(objects, "RoleBinding")
+    bindings = {b["roleRef"]["name"]: b for b in find(objects, "ClusterRoleBinding")}
+    assert set(bindings) == {FULLNAME, f"{FULLNAME}-namespaced"}
+    for binding in bindings.values():
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+        ]
+    assert not any(a.startswith("--namespace") for a in args_of(objects))
+
+
+def test_namespaced_binds_per_namespace(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["namespaced"]
+    bindings = find(objects, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert {b["roleRef"]["name"] for b in bindings} == {f"{FULLNAME}-namespaced"}
+    assert [b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding")] == [FULLNAME]
+    assert [a for a in args_of(objects) if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+
+
+def test_globs_bind_cluster_wide(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["globs"]
+    assert not find(objects, "RoleBinding")
+    assert len(find(objects, "ClusterRoleBinding")) == 2
+    assert "--namespace=team-*" in args_of(objects)
+
+
+def worker_role_objects() -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((CHART / "files" / "worker-role.yaml").read_text()) if d]
+
+
+def test_the_worker_role_in_the_chart_is_what_the_operator_makes() -> None:
+    access = pytest.importorskip("agentworkers.access")
+    shown = worker_role_objects()
+    body = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": "planner-1", "namespace": "team-a", "uid": "<the Worker's uid>"},
+    }
+    made = access.access_objects(body, "planner")
+    made[1]["rules"] = access.role_rules(
+        "planner-1", "planner", ["planner-1-child-a", "planner-1-child-b"]
+    )
+    assert json.loads(json.dumps(made)) == shown, (
+        "charts/agentworkers/files/worker-role.yaml drifted from agentworkers.access"
+    )
+    rules = one(shown, "Role")["rules"]
+    # No pods, no secrets, nothing cluster-wide.
+    assert {r for rule in rules for r in rule["resources"]} <= {
+        "workers",
+        "workers/status",
+        "agentconfigs",
+        "agentconfigrevisions",
+    }
+    own = [r for r in rules if r["resources"] == ["workers/status"]]
+    assert own and all(r["resourceNames"] == ["planner-1"] for r in own)
+
+
+# --- webhook and TLS ----------------------------------------------------------------
+
+
+def test_webhook_with_the_operators_own_certificate(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["default"]
+    args = args_of(objects)
+    service = one(objects, "Service", f"{FULLNAME}-webhook")
+    assert f"--webhook-host={FULLNAME}-webhook.{NAMESPACE}.svc" in args
+    assert "--webhook-addr=0.0.0.0" in args
+    assert "--webhook-name=agentworkers.io" in args
+    assert service["spec"]["ports"][0]["port"] == 9443
+    assert "--webhook-port=9443" in args
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    tls = next(v for v in volumes if v["name"] == "webhook-tls")
+    assert "emptyDir" in tls
+    assert deployment(objects)["spec"]["strategy"]["type"] == "Recreate"
+    assert not find(objects, "Certificate")
+
+
+def test_webhook_by_a_pinned_cluster_ip(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Where the API server cannot resolve cluster DNS (kind, kubeadm), it dials an IP."""
+    objects = rendered["kind"]
+    service = one(objects, "Service", f"{FULLNAME}-webhook")
+    assert service["spec"]["clusterIP"] == "10.96.200.200"
+    assert "--webhook-host=10.96.200.200" in args_of(objects)
+    cert = one(render("kind", {"webhook.certManager.enabled": "true"}), "Certificate")
+    assert cert["spec"]["ipAddresses"] == ["0.0.0.0", "10.96.200.200"]
+    assert "10.96.200.200" not in cert["spec"]["dnsNames"]
+
+
+def test_webhook_configuration_name_is_per_release() -> None:
+    objects = render(release="other")
+    assert "--webhook-name=other-agentworkers.agentworkers.io" in args_of(objects)
+
+
+def _hours(duration: str) -> float:
+    total = 0.0
+    for amount, unit in re.findall(r"([0-9.]+)(h|m|s)", duration):
+        total += float(amount) * {"h": 1, "m": 1 / 60, "s": 1 / 3600}[unit]
+    return total
+
+
+def test_cert_manager_certificate(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["certmanager"]
+    cert = one(objects, "Certificate")
+    issuer = one(objects, "Issuer")
+    assert cert["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+    host = f"{FULLNAME}-webhook.{NAMESPACE}.svc"
+    assert host in cert["spec"]["dnsNames"]
+    assert f"--webhook-host={host}" in args_of(objects)
+    # The operator keeps a certificate only if it names --webhook-addr too and has more
+    # than RENEW_BEFORE left; otherwise it would write its own into a read-only Secret.
+    assert "0.0.0.0" in cert["spec"]["ipAddresses"]
+    renew = dt.timedelta(hours=_hours(cert["spec"]["renewBefore"]))
+    assert renew > RENEW_BEFORE
+    assert _hours(cert["spec"]["duration"]) > _hours(cert["spec"]["renewBefore"])
+    pod = deployment(objects)["spec"]["template"]["spec"]
+    tls = next(v for v in pod["volumes"] if v["name"] == "webhook-tls")
+    assert tls["secret"]["secretName"] == cert["spec"]["secretName"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "webhook-tls")
+    assert mount["readOnly"] is True
+
+
+def test_cert_manager_with_an_existing_issuer() -> None:
+    objects = render(
+        "certmanager",
+        {
+            "webhook.certManager.issuerRef.kind": "ClusterIssuer",
+            "webhook.certManager.issuerRef.name": "internal-ca",
+        },
+    )
+    assert not find(objects, "Issuer")
+    assert one(objects, "Certificate")["spec"]["issuerRef"] == {
+        "kind": "ClusterIssuer",
+        "name": "internal-ca",
+        "group": "cert-manager.io",
+    }
+
+
+def test_a_tls_secret_of_your_own() -> None:
+    objects = render(sets={"webhook.tls.secretName": "my-webhook-tls"})
+    pod = deployment(objects)["spec"]["template"]["spec"]
+    tls = next(v for v in pod["volumes"] if v["name"] == "webhook-tls")
+    assert tls["secret"]["secretName"] == "my-webhook-tls"
+    assert not find(objects, "Certificate")
+
+
+def test_minimal_has_no_webhook_and_no_metrics(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["minimal"]
+    args = args_of(objects)
+    assert "--no-webhook" in args and "--metrics-port=0" in args
+    assert not any(a.startswith("--webhook") for a in args)
+    assert not find(objects, "Service")
+    cluster = rules_of(objects, FULLNAME)
+    assert not any("admissionregistration.k8s.io" in r["apiGroups"] for r in cluster)
+
+
+# --- replicas and peering -----------------------------------------------------------
+
+
+def test_replicas_with_peering(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["peering"]
+    d = deployment(objects)
+    assert d["spec"]["replicas"] == 3
+    assert d["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert f"--peering={FULLNAME}" in args_of(objects)
+    env = {e["name"]: e for e in container(objects)["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert one(objects, "ClusterKopfPeering")["metadata"]["name"] == FULLNAME
+    crds = {c["metadata"]["name"] for c in find(objects, "CustomResourceDefinition")}
+    assert crds == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    assert allows(rules_of(objects, FULLNAME), "kopf.dev", "clusterkopfpeerings", "patch")
+    assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+def test_namespaced_peering() -> None:
+    objects = render("peering", {"watchNamespaces": "{team-a,team-b}"})
+    peerings = find(objects, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert not find(objects, "ClusterKopfPeering")
+    assert allows(rules_of(objects, f"{FULLNAME}-namespaced"), "kopf.dev", "kopfpeerings", "patch")
+    assert not allows(rules_of(objects, FULLNAME), "kopf.dev", "clusterkopfpeerings", "get")
+
+
+def test_one_replica_has_no_peering(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["default"]
+    assert not any(a.startswith("--peering") for a in args_of(objects))
+    assert not find(objects, "ClusterKopfPeering") and not find(objects, "PodDisruptionBudget")
+    assert not any("kopf.dev" in r["apiGroups"] for r in rules_of(objects, FULLNAME))
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"replicas": "2"}, "one certificate for every replica"),
+        (
+            {"replicas": "2", "webhook.tls.secretName": "x", "watchNamespaces": "{team-*}"},
+            "KopfPeering object in every watched namespace",
+        ),
+    ],
+)
+def test_combinations_that_cannot_work_fail_with_a_reason(
+    sets: dict[str, str], message: str
+) -> None:
+    result = helm("template", "agentworkers", str(CHART), *value_args(None, sets), check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+# --- metrics, dashboard, network policy ----------------------------------------------
+
+
+def test_metrics_service_and_service_monitor(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not find(rendered["default"], "ServiceMonitor")
+    objects = rendered["servicemonitor"]
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service", f"{FULLNAME}-metrics")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "--metrics-port=8080" in args_of(objects)
+    # The webhook Service must not match the ServiceMonitor.
+    webhook = one(objects, "Service", f"{FULLNAME}-webhook")
+    assert (
+        not monitor["spec"]["selector"]["matchLabels"].items()
+        <= webhook["metadata"]["labels"].items()
+    )
+
+
+def test_dashboard_config_map_carries_the_dashboard(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    cm = one(rendered["servicemonitor"], "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "dashboards" / "agentworkers.json").read_text())
+    assert json.loads(cm["data"]["agentworkers.json"]) == shipped
+
+
+def test_network_policy_for_worker_pods(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert not find(rendered["default"], "NetworkPolicy")
+    policy = one(rendered["networkpolicy"], "NetworkPolicy")
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == NAMESPACE
+    assert spec["podSelector"] == {
+        "matchExpressions": [{"key": WORKER_LABEL, "operator": "Exists"}]
+    }
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+    assert spec["ingress"] == []
+    dns, api, *endpoints = spec["egress"]
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    assert api["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
+    assert len(endpoints) == 3
+    assert endpoints[0]["to"][0]["ipBlock"]["except"][0] == "10.0.0.0/8"
+    assert endpoints[1]["to"][0]["podSelector"] == {"matchLabels": {"app": "vllm"}}
+    assert all(rule["ports"] for rule in spec["egress"])
+
+
+def test_network_policy_goes_where_the_workers_are() -> None:
+    objects = render("networkpolicy", {"watchNamespaces": "{team-a,team-*}"})
+    assert [p["metadata"]["namespace"] for p in find(objects, "NetworkPolicy")] == ["team-a"]
+    objects = render("networkpolicy", {"networkPolicy.namespaces": "{x,y}"})
+    assert [p["metadata"]["namespace"] for p in find(objects, "NetworkPolicy")] == ["x", "y"]
+
+
+# --- values.schema.json -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ("replicas: 0", "replicas"),
+        ("replica: 2", "replica"),
+        ("image: {repository: x, pullPolicy: Sometimes}", "pullPolicy"),
+        ("webhook: {port: 443}", "port"),
+        ("watchNamespaces: [Team_A]", "watchNamespaces"),
+        (
+            "securityContext: {allowPrivilegeEscalation: true, capabilities: {drop: [ALL]}}",
+            "allowPrivilegeEscalation",
+        ),
+        ("podSecurityContext: {runAsNonRoot: false}", "runAsNonRoot"),
+        (
+            "networkPolicy: {enabled: true, endpoints: [{name: nowhere, ports: [{port: 443}]}]}",
+            "endpoints",
+        ),
+        ("networkPolicy: {apiServer: {cidrs: [10.0.0.1]}}", "cidrs"),
+        ("metrics: {serviceMonitor: {interval: soon}}", "interval"),
+        ("webhook: {certManager: {issuerRef: {kind: Issuer}}}", "issuerRef"),
+    ],
+)
+def test_bad_values_fail_at_install(values: str, field: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(values + "\n")
+    result = helm("template", "agentworkers", str(CHART), "--values", str(bad), check=False)
+    assert result.returncode != 0, f"accepted: {values}"
+    assert "schema" in result.stderr and field in result.stderr, result.stderr
+
+
+def test_every_value_is_in_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if not isinstance(value, dict) or "properties" not in node:
+            return
+        for key, child in value.items():
+            if node.get("additionalProperties") is False:
+                assert key in node["properties"], f"{path}{key} is not in values.schema.json"
+            if key in node["properties"]:
+                walk(child, node["properties"][key], f"{path}{key}.")
+
+    walk(values, schema, "")
+
+
+# --- CRDs ---------------------------------------------------------------------------
+
+
+def test_chart_crds_are_the_generated_crds() -> None:
+    top = {p.name: p.read_bytes() for p in (REPO / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert sorted(chart) == sorted(top), "cp crds/*.yaml charts/agentworkers/crds/"
+    for name, text in top.items():
+        assert chart[name] == text, f"charts/agentworkers/crds/{name} differs from crds/{name}"
+
+
+def test_chart_version_follows_the_package() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    pyproject = (REPO / "pyproject.toml").read_text()
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    assert version and chart["appVersion"] == version.group(1)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_install_notes(value_set: str, tmp_path: Path) -> None:
+    """`helm install --dry-run=client` (no cluster) renders the NOTES a user reads."""
+    # Helm 3 wants a kubeconfig to read even when it contacts no cluster.
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:9"}}],
+                "users": [{"name": "none", "user": {}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+                "current-context": "none",
+            }
+        )
+    )
+    result = helm(
+        "install",
+        "agentworkers",
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--dry-run=client",
+        "--kubeconfig",
+        str(kubeconfig),
+        *value_args(value_set),
+        check=False,
+    )
+    if "cluster unreachable" in result.stderr:
+        pytest.skip("this helm asks a cluster even for --dry-run=client (helm 3)")
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "kubectl apply --server-side -f crds/" in notes
+    assert "Watching:" in notes
+    if value_set == "namespaced":
+        assert "Watching:  team-a, team-b" in notes
+    if value_set == "minimal":
+        assert "Webhook:   off" in notes and "Metrics:" not in notes
