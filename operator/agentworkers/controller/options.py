@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import urllib.parse
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import kopf
 
@@ -33,7 +36,8 @@ class Options:
     def webhook_server(self) -> kopf.WebhookServer:
         host = self.webhook_host or self.webhook_addr
         cert, key = self_signed(self.tls_dir, [host, self.webhook_addr])
-        return kopf.WebhookServer(
+        server_class = ServiceWebhookServer if host.endswith(".svc") else kopf.WebhookServer
+        return server_class(
             addr=self.webhook_addr,
             port=self.webhook_port,
             host=host,
@@ -41,3 +45,20 @@ class Options:
             pkeyfile=str(key),
             cafile=str(cert),
         )
+
+
+class ServiceWebhookServer(kopf.WebhookServer):
+    """Registers the webhook by Service reference (`<name>.<namespace>.svc`), not by URL.
+
+    In a cluster, API servers reach webhooks through the Service proxy; most cannot
+    resolve `.svc` names themselves, so a URL would not do.
+    """
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        name, namespace = str(self.host).split(".")[:2]
+        async for config in super().__call__(fn):
+            path = urllib.parse.urlparse(config["url"]).path
+            yield {
+                "caBundle": config.get("caBundle"),
+                "service": {"name": name, "namespace": namespace, "port": self.port, "path": path},
+            }
