@@ -1,16 +1,43 @@
-"""The `agentworkers` command.
+"""The `agentworkers` command, also the kubectl plugin `kubectl workers`.
 
-agentworkers operator [--namespace NS ...] [--no-webhook] ...   run the operator
+  agentworkers spawn|query|list|inspect|collect|kill|events|explain ...   the worker lifecycle
+  agentworkers profiles|revisions ...                        an agent's profiles and revisions
+  agentworkers operator [--namespace NS ...] [--no-webhook] ...             run the operator
+  agentworkers run --worker NAME --namespace NS         the runtime (a worker pod's command)
+
+Global flags go before or after the verb: -n/--namespace, --kubeconfig, -o table|json|yaml,
+-q/--quiet. `agentworkers VERB --help` shows examples.
+
+exit codes:
+  0  ok
+  1  error (the API server refused, a run that failed while spawn --wait waited, ...)
+  2  usage (a bad flag or argument)
+  3  not found (UnknownWorker; an unknown agent, revision or profile)
+  4  name conflict (WorkerNameConflict)
+  5  timeout (CollectTimeout; spawn --wait) - the worker is left as it was
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
+from agentworkers.cli_verbs import Output, UsageError, add_globals, add_verbs, parsed_defaults
+from agentworkers.client import (
+    ApiError,
+    Client,
+    ClientError,
+    NotFoundError,
+    WaitTimeoutError,
+    WorkerNameConflictError,
+)
 from agentworkers.controller.options import Options
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_TIMEOUT = range(6)
+EXIT_INTERRUPTED = 130
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -31,6 +58,7 @@ def _operator(args: argparse.Namespace) -> int:
         webhook_host=args.webhook_host,
         tls_dir=args.tls_dir,
         metrics_port=args.metrics_port or None,
+        metrics_addr=args.metrics_addr,
         liveness=args.liveness or None,
         standalone=not args.peering,
         peering=args.peering,
@@ -52,13 +80,7 @@ def _operator(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="agentworkers",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     op = sub.add_parser("operator", help="run the operator (kopf)")
     op.add_argument(
         "-n",
@@ -87,13 +109,94 @@ def main(argv: list[str] | None = None) -> int:
         "--metrics-port", type=int, default=8080, help="Prometheus metrics port; 0: off"
     )
     op.add_argument(
+        "--metrics-addr", default="127.0.0.1", help="metrics address (0.0.0.0 in a pod)"
+    )
+    op.add_argument(
         "--liveness", default="http://127.0.0.1:8081/healthz", help="liveness endpoint; '' off"
     )
     op.add_argument("--peering", help="kopf peering name for active/standby replicas")
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=_operator)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+
+
+def build_parser(prog: str = "agentworkers") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_globals(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
+    add_verbs(sub, prog)
+    _add_operator(sub)
+    # Listed for --help; main() hands its arguments to the runtime's own parser.
+    sub.add_parser("run", help="the worker runtime: the command of a worker pod", add_help=False)
+    return parser
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code scripts may rely on for an error (the table in the module docstring)."""
+    if isinstance(error, UsageError):
+        return EXIT_USAGE
+    if isinstance(error, NotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(error, WorkerNameConflictError):
+        return EXIT_CONFLICT
+    if isinstance(error, WaitTimeoutError):
+        return EXIT_TIMEOUT
+    return EXIT_ERROR
+
+
+def message(error: Exception) -> str:
+    """The error as one line; the seed's errors lead with their reason, as the operator's do."""
+    if isinstance(error, ClientError) and type(error) not in (ClientError, ApiError):
+        return f"{error.reason}: {error}"
+    return str(error)
+
+
+def connect(args: argparse.Namespace) -> Client:
+    return Client.from_kubeconfig(namespace=args.g_namespace, kubeconfig=args.g_kubeconfig)
+
+
+def run(args: argparse.Namespace, out: Output) -> int:
+    """One verb; its errors become a line on stderr and an exit code, never a traceback."""
+    try:
+        with connect(args) as client:
+            return int(args.run(client, parsed_defaults(args), out))
+    except (ClientError, UsageError) as e:
+        out.stderr.write(f"error: {message(e)}\n")
+        return exit_code(e)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python's exit flush quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _prog() -> str:
+    """`kubectl workers` when kubectl runs us as its plugin, so --help reads right."""
+    return "kubectl workers" if Path(sys.argv[0]).name == "kubectl-workers" else "agentworkers"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        from agentworkers.runtime.main import main as runtime  # noqa: PLC0415
+
+        return runtime(argv[1:])
+    parser = build_parser(_prog())
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if args.command == "operator":
+        if args.g_namespace or args.g_kubeconfig or args.output != "table" or args.quiet:
+            parser.print_usage(sys.stderr)
+            sys.stderr.write("error: `operator` takes its own flags, after it\n")
+            return EXIT_USAGE
+        return int(args.func(args))
+    return run(args, Output(args.output, args.quiet, sys.stdout, sys.stderr))
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ def resolve(
     paused = union_strings((), paused) or ()
     tools = tuple(t for t in config.tools if t not in set(disabled))
     sources["tools"] = PROFILE if len(tools) != len(config.tools) else AGENT
-    servers = tuple(s for s in servers if s not in set(paused))
+    if any(s in set(paused) for s in servers):
+        servers, sources["mcp_servers"] = tuple(s for s in servers if s not in set(paused)), PROFILE
 
     # Limits: the overlay can only tighten; a clamp is named as its own layer.
     max_tokens = overlay_clamp_max_tokens(model.max_tokens, overlay.max_tokens if overlay else None)

@@ -13,6 +13,8 @@ Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
 # Phases collect returns at: the run has nothing more to say until it is asked again.
 SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
+# Set by a client's collect before it deletes the Worker: that deletion is no kill.
+COLLECTED_ANNOTATION = "agentworkers.io/collected"
 MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
 Message = Annotated[StrictStr, StringConstraints(max_length=MAX_MESSAGE_BYTES)]

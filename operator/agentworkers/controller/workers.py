@@ -22,7 +22,13 @@ from agentworkers import metrics
 from agentworkers.access import access_objects, account_name, role_rules
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus
 from agentworkers.api.agentconfig import RevisionRef
-from agentworkers.api.worker import TERMINAL_PHASES, BindingSummary, WorkerSpec, WorkerStatus
+from agentworkers.api.worker import (
+    COLLECTED_ANNOTATION,
+    TERMINAL_PHASES,
+    BindingSummary,
+    WorkerSpec,
+    WorkerStatus,
+)
 from agentworkers.conditions import Status, now, set_condition
 from agentworkers.effective import resolve
 from agentworkers.errors import describe
@@ -44,7 +50,6 @@ READY = "Ready"
 STARTED = "Started"
 BOUND = "ProfileBound"
 KILLED = "Killed"
-COLLECTED_ANNOTATION = "agentworkers.io/collected"
 FROZEN_ANNOTATION = "agentworkers.io/frozen-revision"
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)

@@ -1,0 +1,152 @@
+"""The command line: global flags anywhere, the operator's flags as they were, spawn's spec."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from agentworkers import cli
+from agentworkers.cli_verbs import UsageError, parsed_defaults, phases_from, spawn_request
+
+VERBS = ("spawn", "query", "list", "inspect", "collect", "kill", "events", "explain")
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return parsed_defaults(cli.build_parser().parse_args(argv))
+
+
+def test_global_flags_go_before_or_after_the_verb() -> None:
+    before = parse("-n", "team-a", "-o", "json", "--kubeconfig", "k", "list")
+    after = parse("list", "-n", "team-a", "-o", "json", "--kubeconfig", "k")
+    for args in (before, after):
+        assert (args.g_namespace, args.output, args.g_kubeconfig) == ("team-a", "json", "k")
+    plain = parse("list")
+    assert (plain.g_namespace, plain.output, plain.quiet) == (None, "table", False)
+    # Given before the verb and not after it: the verb's parser keeps it.
+    assert parse("-q", "collect", "w1").quiet is True
+
+
+def test_the_operator_subcommand_keeps_its_flags() -> None:
+    args = parse(
+        "operator", "-n", "team-*", "-n", "ops", "--kubeconfig", "k", "--no-webhook",
+        "--webhook-port", "1", "--webhook-name", "x.io", "--webhook-addr", "0.0.0.0",
+        "--webhook-host", "h", "--tls-dir", "/t", "--metrics-port", "0", "--liveness", "",
+        "--peering", "p", "-v",
+    )  # fmt: skip
+    assert args.namespace == ["team-*", "ops"]
+    assert args.kubeconfig == "k" and args.no_webhook and args.verbose
+    assert (args.webhook_port, args.webhook_name, args.webhook_addr) == (1, "x.io", "0.0.0.0")
+    assert (args.webhook_host, args.tls_dir, args.metrics_port) == ("h", Path("/t"), 0)
+    assert (args.liveness, args.peering) == ("", "p")
+    assert args.func is cli._operator
+    defaults = parse("operator")
+    assert defaults.namespace == [] and defaults.webhook_port == 9443
+    assert defaults.tls_dir == Path("/tmp/agentworkers-webhook")
+
+
+def test_global_flags_before_operator_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["-n", "x", "operator"]) == cli.EXIT_USAGE
+    assert "operator" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", [*VERBS, "profiles", "profiles show", "revisions"])
+def test_every_verb_has_help_with_examples(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([*verb.split(), "--help"]) == 0
+    text = capsys.readouterr().out
+    assert f"agentworkers {verb} " in text.split("examples:")[1]
+
+
+def test_the_kubectl_plugin_names_itself(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["/usr/local/bin/kubectl-workers", "spawn", "--help"])
+    assert cli.main() == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: kubectl workers spawn")
+    assert "  kubectl workers spawn w1 " in text
+
+
+def test_spawn_flags_become_spec_fields() -> None:
+    args = parse(
+        "spawn", "w1", "-a", "planner", "-m", "hi", "--model", "m", "--skill", "a",
+        "--skill", "b", "--reasoning-api", "adaptive", "--secret", "key", "--deadline", "60",
+        "--suspend", "-l", "team=a", "--parent", "p", "--profile", "reviewer",
+    )  # fmt: skip
+    name, fields, labels = spawn_request(args)
+    assert name == "w1" and labels == {"team": "a"}
+    assert fields == {
+        "agent": "planner",
+        "initialMessage": "hi",
+        "model": "m",
+        "skills": ["a", "b"],
+        "reasoningAPI": "adaptive",
+        "allowedSecrets": ["key"],
+        "deadlineSeconds": 60,
+        "suspend": True,
+        "parent": "p",
+        "profile": "reviewer",
+    }
+    assert args.wait is None
+
+
+def test_spawn_from_a_manifest_with_flags_over_it(tmp_path: Path) -> None:
+    manifest = tmp_path / "worker.yaml"
+    manifest.write_text(
+        "kind: Worker\nmetadata: {name: from-file, labels: {a: b}}\n"
+        "spec: {agent: planner, initialMessage: from file, model: m1}\n"
+    )
+    name, fields, labels = spawn_request(parse("spawn", "-f", str(manifest), "--model", "m2"))
+    assert (name, labels) == ("from-file", {"a": "b"})
+    assert fields == {"agent": "planner", "initialMessage": "from file", "model": "m2"}
+    bare = tmp_path / "spec.json"
+    bare.write_text('{"agent": "planner"}')
+    assert spawn_request(parse("spawn", "w9", "-f", str(bare)))[:2] == ("w9", {"agent": "planner"})
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("spawn",), "needs a NAME"),
+        (("spawn", "w1", "-l", "novalue"), "KEY=VALUE"),
+    ],
+)
+def test_spawn_usage_errors(argv: tuple[str, ...], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        spawn_request(parse(*argv))
+
+
+def test_wait_phases_include_the_later_ones() -> None:
+    assert parse("spawn", "w1", "--wait").wait == {"Running", "Idle", "Done"}
+    assert phases_from("idle") == {"Idle", "Done"}
+    assert phases_from("Pending") == {"Pending", "Running", "Idle", "Done"}
+    assert phases_from("Killed,Done") == {"Killed", "Done"}
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown phase 'asleep'"):
+        phases_from("asleep")
+
+
+def test_profiles_flags_before_or_after_the_subcommand() -> None:
+    assert (parse("profiles").agent, parse("profiles").revision) == (None, None)
+    assert parse("profiles", "-a", "planner", "show", "k").agent == "planner"
+    shown = parse("profiles", "show", "k", "--agent", "planner", "-r", "2")
+    assert (shown.key, shown.agent, shown.revision) == ("k", "planner", "2")
+    diff = parse("profiles", "diff", "1", "planner-r2")
+    assert (diff.before, diff.after) == ("1", "planner-r2")
+    assert parse("profiles", "list", "-r", "1").revision == "1"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("inspect", "w1", "--since", "-1"),
+        ("collect", "w1", "--timeout", "0"),
+        ("list", "-o", "xml"),
+        ("spawn", "w1", "--wait", "later"),
+        ("nosuchverb",),
+        (),
+    ],
+)
+def test_bad_arguments_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(list(argv)) == cli.EXIT_USAGE
+    assert "usage:" in capsys.readouterr().err

@@ -1,0 +1,117 @@
+"""What each verb prints for people, from the client's results (no cluster needed)."""
+
+from __future__ import annotations
+
+import io
+
+from agentworkers.api import WorkerSpec, WorkerStatus
+from agentworkers.api.worker import WorkerEvent
+from agentworkers.cli_verbs import (
+    Output,
+    Waiting,
+    collect_text,
+    diff_text,
+    event_row,
+    explanation_text,
+    inspection_text,
+    revisions_text,
+)
+from agentworkers.client import (
+    CollectResult,
+    EventRecord,
+    ExplainedField,
+    Explanation,
+    FieldChange,
+    ProfileChange,
+    ProfileDiff,
+    RevisionInfo,
+    WorkerInfo,
+    inspection,
+)
+
+
+def worker(phase: str | None = "Running", **status: object) -> WorkerInfo:
+    return WorkerInfo(
+        name="w1",
+        spec=WorkerSpec(agent="planner", queries=("more",)),
+        status=WorkerStatus.model_validate({"phase": phase, **status}),
+        created="2030-01-01T00:00:00Z",
+    )
+
+
+def revision(n: int, active: bool) -> RevisionInfo:
+    return RevisionInfo(f"planner-r{n}", "planner", n, f"{n}" * 64, "", active, 3)
+
+
+def test_inspect_describes_the_worker_then_its_events() -> None:
+    events = [
+        WorkerEvent(index=i, kind="tool_call", time="2030-01-01T00:00:00Z", summary=f"call {i}")
+        for i in (4, 5)
+    ]
+    text = inspection_text(inspection(worker(events=events, eventIndex=5), since=1), since=1)
+    assert "Phase:       Running\n" in text
+    assert "Queries:     1 (0 delivered)\n" in text
+    assert "Events (after 1, next --since 5, 2 no longer kept):\n" in text
+    assert text.splitlines()[-3].split() == ["INDEX", "KIND", "AGE", "SUMMARY"]
+    assert text.splitlines()[-1].split()[:2] == ["5", "tool_call"]
+    assert inspection_text(inspection(worker()), 0).endswith("next --since 0):\n  <none>\n")
+
+
+def test_collect_prints_the_output_below_its_key() -> None:
+    text = collect_text(CollectResult("w1", "Done", "first\nsecond", ""))
+    assert text == "Name:    w1\nPhase:   Done\nError:   <none>\nOutput:\n  first\n  second\n"
+
+
+def test_an_event_row_has_fixed_columns() -> None:
+    row = event_row(EventRecord("w1", 7, "thought", "2030-01-01T00:00:00Z", "hmm"))
+    assert row.index("7") == 25 and row.index("thought") == 32 and row.endswith("hmm\n")
+
+
+def test_explain_is_a_header_and_a_field_table() -> None:
+    found = Explanation(
+        "child",
+        "planner",
+        "reviewer",
+        "AgentConfigRevision/planner-r1",
+        (ExplainedField("model", "demo-small", "profile"), ExplainedField("skills", [], "agent")),
+    )
+    head, rows = explanation_text(found).split("\n\n")
+    assert head.splitlines()[2] == "Profile:  reviewer"
+    assert [r.split() for r in rows.splitlines()] == [
+        ["FIELD", "VALUE", "LAYER"],
+        ["model", "demo-small", "profile"],
+        ["skills", "<none>", "agent"],
+    ]
+
+
+def test_a_diff_lists_keys_with_their_changed_fields() -> None:
+    change = ProfileChange("a", "changed", "1" * 64, "2" * 64, (FieldChange("x.y", 1, 2),))
+    text = diff_text(ProfileDiff("planner", revision(1, False), revision(2, True), (change,)))
+    assert text.splitlines()[0] == "planner: revision 1 -> 2"
+    assert text.splitlines()[2].split() == ["a", "changed", "1" * 12, "2" * 12, "x.y"]
+
+
+def test_revisions_mark_the_active_one() -> None:
+    rows = revisions_text([revision(1, False), revision(2, True)]).splitlines()
+    assert [r.split()[4] for r in rows] == ["ACTIVE", "no", "yes"]
+
+
+def test_nothing_to_show_goes_to_stderr_and_json_is_still_printed() -> None:
+    out = Output("table", stdout=io.StringIO(), stderr=io.StringIO())
+    out.show([], lambda: "never", "No workers found.")
+    assert (out.stdout.getvalue(), out.stderr.getvalue()) == ("", "No workers found.\n")  # type: ignore[attr-defined]
+    scripted = Output("json", stdout=io.StringIO(), stderr=io.StringIO())
+    scripted.show([], lambda: "never", "No workers found.")
+    assert scripted.stdout.getvalue() == "[]\n"  # type: ignore[attr-defined]
+
+
+def test_progress_off_a_terminal_is_one_line_per_change() -> None:
+    stream = io.StringIO()
+    waiting = Waiting("collect", stream)
+    for info in (worker(None), worker(None), worker("Running", lastEvent="pod running")):
+        waiting(info)
+    waiting.done()
+    assert [line.rsplit(",", 1)[0] for line in stream.getvalue().splitlines()] == [
+        "collect w1: Pending",
+        "collect w1: Running (pod running)",
+    ]
