@@ -657,7 +657,9 @@ class Client:
         children go with it (they are owned by it). A timeout removes nothing.
         """
         try:
-            info = self.wait(name, SETTLED_PHASES, timeout, progress)
+            # A run asked to stop is not settled until it is Killed (or ended on its own).
+            phases = TERMINAL_PHASES if self.get(name).spec.kill else SETTLED_PHASES
+            info = self.wait(name, phases, timeout, progress)
         except WaitTimeoutError as e:
             raise CollectTimeoutError(str(e)) from None
         error = info.status.error or ""

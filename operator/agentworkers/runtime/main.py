@@ -30,7 +30,7 @@ import kubernetes
 
 from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec
 from agentworkers.api.worker import WorkerEvent
-from agentworkers.client import Client
+from agentworkers.client import ApiError, Client
 from agentworkers.conditions import now
 from agentworkers.effective import EffectiveConfig
 from agentworkers.pods import SECRETS_DIR
@@ -115,7 +115,7 @@ def _once_granted(call: Callable[[], T]) -> T:
     while True:
         try:
             return call()
-        except kubernetes.client.ApiException as e:
+        except ApiError as e:
             if e.status != 403 or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
