@@ -111,16 +111,18 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         )
 
 
-@pytest.fixture(scope="session")
-def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """hack/podrunner.py: runs this session's worker pods as local processes. Yields the log dir."""
-    logs = tmp_path_factory.mktemp("pods")
+@pytest.fixture
+def podrunner(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """hack/podrunner.py, running this test's worker pods as local processes (only this
+    test's: elsewhere pods stay as kwok leaves them, running nothing). Yields the log dir."""
+    logs = tmp_path / "pods"
+    logs.mkdir()
     process = subprocess.Popen(
         [
             sys.executable,
             str(REPO / "hack" / "podrunner.py"),
             f"--kubeconfig={cluster.kubeconfig}",
-            f"--namespace-prefix={SESSION}-",
+            f"--namespace-prefix={namespace}",
             f"--logs={logs}",
         ],
         stdout=(logs / "podrunner.log").open("wb"),
