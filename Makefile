@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo test unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
+.PHONY: help demo test tools unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -18,13 +18,19 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed ## run the demo on the local control plane (builds it on first use)
 	$(BIN)/python hack/demo.py
 
-test: $(BIN)/.installed ## every test: unit, then end-to-end on the local control plane
+test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local control plane
 	$(BIN)/pytest
+
+# The Go-built tools, cached: built up front so that a cold build (minutes) is not
+# charged to the first test that needs it.
+tools:
+	bash hack/build-binaries.sh >/dev/null
+	bash hack/build-helm.sh >/dev/null
 
 unit: $(BIN)/.installed ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit
 
-e2e: $(BIN)/.installed ## end-to-end tests only
+e2e: $(BIN)/.installed tools ## end-to-end tests only
 	$(BIN)/pytest tests/e2e
 
 lint: $(BIN)/.installed ## ruff lint and format check

@@ -26,12 +26,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agentworkers.api import WorkerSpec  # noqa: E402
-from agentworkers.client import Client  # noqa: E402
 from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
 
+from agentworkers.api import WorkerSpec  # noqa: E402
+from agentworkers.client import Client  # noqa: E402
+
 MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
-LINE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
 def writes(cluster: Cluster) -> Counter[tuple[str, str]]:
@@ -43,12 +44,18 @@ def writes(cluster: Cluster) -> Counter[tuple[str, str]]:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
         if labels.get("verb") in MUTATING:
-            key = (labels["verb"], labels.get("resource", "") + ("/" + labels["subresource"] if labels.get("subresource") else ""))
+            key = (
+                labels["verb"],
+                labels.get("resource", "")
+                + ("/" + labels["subresource"] if labels.get("subresource") else ""),
+            )
             counts[key] += int(float(match["value"]))
     return counts
 
 
-def delta(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> Counter[tuple[str, str]]:
+def delta(
+    before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]
+) -> Counter[tuple[str, str]]:
     return Counter({k: after[k] - before[k] for k in after if after[k] - before[k] > 0})
 
 
@@ -61,7 +68,9 @@ def show(title: str, counts: Counter[tuple[str, str]]) -> None:
 def main() -> int:
     up = subprocess.run(
         [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
-        stdout=subprocess.PIPE, text=True, check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
     )
     info = json.loads(up.stdout.strip().splitlines()[-1])
     import kubernetes  # noqa: PLC0415
@@ -72,9 +81,16 @@ def main() -> int:
     namespace = f"{prefix}-writes"
     cluster.kubectl("create", "namespace", namespace)
     examples = REPO / "examples"
-    with tempfile.TemporaryDirectory() as tmp, Operator.start(
-        cluster, Path(tmp), f"--namespace={prefix}-*", f"--webhook-name=agentworkers-{prefix}.io"
-    ) as operator, contextlib.ExitStack() as cleanup:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Operator.start(
+            cluster,
+            Path(tmp),
+            f"--namespace={prefix}-*",
+            f"--webhook-name=agentworkers-{prefix}.io",
+        ) as operator,
+        contextlib.ExitStack() as cleanup,
+    ):
         cleanup.callback(cluster.kubectl, "delete", "namespace", namespace, "--wait=false")
         cluster.kubectl("apply", "-n", namespace, "-f", str(examples / "virtualagentprofiles.yaml"))
         cluster.kubectl("apply", "-n", namespace, "-f", str(examples / "agentconfig.yaml"))
@@ -91,8 +107,14 @@ def main() -> int:
             before = writes(cluster)
             start = time.monotonic()
             cluster.kubectl(
-                "patch", "vap", "planner-researcher", "-n", namespace, "--type=merge",
-                "-p", json.dumps({"spec": {"overlay": {"maxSteps": 10 + step}}}),
+                "patch",
+                "vap",
+                "planner-researcher",
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"overlay": {"maxSteps": 10 + step}}}),
             )
             wait_until("the next revision", lambda s=step: revision() == s + 2)
             latencies.append(time.monotonic() - start)
@@ -100,8 +122,10 @@ def main() -> int:
             edit_writes.append(delta(before, writes(cluster)))
         show("one profile edit (the last of 5)", edit_writes[-1])
         print(f"  writes per edit over 5 edits: {[sum(d.values()) for d in edit_writes]}")
-        print(f"  apply -> new revision: median {statistics.median(latencies) * 1000:.0f} ms, "
-              f"max {max(latencies) * 1000:.0f} ms")
+        print(
+            f"  apply -> new revision: median {statistics.median(latencies) * 1000:.0f} ms, "
+            f"max {max(latencies) * 1000:.0f} ms"
+        )
 
         client = Client(api, namespace)
         before = writes(cluster)
@@ -111,15 +135,27 @@ def main() -> int:
         to_pod = time.monotonic() - start
         client.kill("bench-worker", reason="benchmark over", by="bench")
         client.collect("bench-worker", timeout=30)
-        wait_until("the worker gone", lambda: not cluster.kubectl(
-            "get", "worker", "bench-worker", "-n", namespace, check=False).stdout)
+        wait_until(
+            "the worker gone",
+            lambda: (
+                not cluster.kubectl(
+                    "get", "worker", "bench-worker", "-n", namespace, check=False
+                ).stdout
+            ),
+        )
         time.sleep(1.5)
         show("one worker, spawn -> kill -> collect", delta(before, writes(cluster)))
         print(f"  spawn -> pod: {to_pod * 1000:.0f} ms")
-        print(f"\noperator metrics sample:\n" + "\n".join(
-            line for line in operator.metrics().splitlines()
-            if line.startswith(("agentworkers_revisions_created_total", "agentworkers_spawns_total"))
-        ))
+        print(
+            "\noperator metrics sample:\n"
+            + "\n".join(
+                line
+                for line in operator.metrics().splitlines()
+                if line.startswith(
+                    ("agentworkers_revisions_created_total", "agentworkers_spawns_total")
+                )
+            )
+        )
     return 0
 
 

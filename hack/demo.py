@@ -32,9 +32,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.e2e.support: the same operator launcher the tests use
 
+from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
+
 from agentworkers.api import WorkerSpec  # noqa: E402
 from agentworkers.client import Client  # noqa: E402
-from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
 
 NAMESPACE = "agentworkers-demo"
 BOLD, DIM, RESET = "\033[1m", "\033[2m", "\033[0m"
@@ -46,8 +47,22 @@ CHILD_SCRIPT = [
 ]
 PLANNER_SCRIPT = [
     {"thought": "Two specialists: a reviewer and a researcher."},
-    {"tool": "spawn_worker", "args": {"name": "demo-reviewer", "message": "review the cache diff", "profile": "reviewer"}},
-    {"tool": "spawn_worker", "args": {"name": "demo-researcher", "message": "research cache misses", "profile": "researcher"}},
+    {
+        "tool": "spawn_worker",
+        "args": {
+            "name": "demo-reviewer",
+            "message": "review the cache diff",
+            "profile": "reviewer",
+        },
+    },
+    {
+        "tool": "spawn_worker",
+        "args": {
+            "name": "demo-researcher",
+            "message": "research cache misses",
+            "profile": "researcher",
+        },
+    },
     {"tool": "collect_worker", "args": {"name": "demo-reviewer", "timeout": 120}},
     {"tool": "collect_worker", "args": {"name": "demo-researcher", "timeout": 120}},
     {"reply": "Plan done: the diff is approved, and research points at the cache."},
@@ -62,7 +77,9 @@ def main() -> int:
     step("Local control plane")
     up = subprocess.run(
         [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
-        stdout=subprocess.PIPE, text=True, check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
     )
     info = json.loads(up.stdout.strip().splitlines()[-1])
     import kubernetes  # noqa: PLC0415
@@ -80,7 +97,9 @@ def main() -> int:
     kubectl("get", "nodes")
     kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "-f", str(REPO / "crds"))
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    cluster.kubectl(
+        "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s"
+    )
     cluster.kubectl("create", "namespace", NAMESPACE)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,12 +107,22 @@ def main() -> int:
         step("Operator and local pod runner")
         with Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator:
             runner = subprocess.Popen(
-                [sys.executable, str(REPO / "hack" / "podrunner.py"), f"--kubeconfig={cluster.kubeconfig}",
-                 f"--namespace-prefix={NAMESPACE}", f"--logs={workdir / 'pods'}"],
-                stdout=(workdir / "podrunner.log").open("wb"), stderr=subprocess.STDOUT, env=cluster.env,
+                [
+                    sys.executable,
+                    str(REPO / "hack" / "podrunner.py"),
+                    f"--kubeconfig={cluster.kubeconfig}",
+                    f"--namespace-prefix={NAMESPACE}",
+                    f"--logs={workdir / 'pods'}",
+                ],
+                stdout=(workdir / "podrunner.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                env=cluster.env,
             )
             try:
-                print(f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; pod runner pid {runner.pid}")
+                print(
+                    f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; "
+                    f"pod runner pid {runner.pid}"
+                )
                 return demo(cluster, api, kubectl, workdir)
             finally:
                 runner.terminate()
@@ -105,8 +134,11 @@ def configured(config: dict[str, Any]) -> dict[str, Any]:
     config = copy.deepcopy(config)
     base_url = os.environ.get("AGENTWORKERS_OPENAI_BASE_URL")
     if base_url:
-        config["spec"]["model"].update(provider="openai", baseURL=base_url,
-                                       model=os.environ.get("AGENTWORKERS_OPENAI_MODEL", "gpt-4o-mini"))
+        config["spec"]["model"].update(
+            provider="openai",
+            baseURL=base_url,
+            model=os.environ.get("AGENTWORKERS_OPENAI_MODEL", "gpt-4o-mini"),
+        )
     else:
         config["spec"]["model"]["script"] = CHILD_SCRIPT
     return config
@@ -118,24 +150,41 @@ def demo(cluster: Cluster, api: Any, kubectl: Any, workdir: Path) -> int:
     config = configured(yaml.safe_load((examples / "agentconfig.yaml").read_text()))
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
-    wait_until("revision 1", lambda: cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)
-               .get("status", {}).get("activeRevision"))
+    wait_until(
+        "revision 1",
+        lambda: (
+            cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
     time.sleep(1)
     kubectl("get", "agentworkers", "-n", NAMESPACE)
 
     step("A profile that would widen is refused at the door")
-    bad = {"apiVersion": "agentworkers.io/v1alpha1", "kind": "VirtualAgentProfile",
-           "metadata": {"name": "planner-rogue"},
-           "spec": {"agent": "planner", "key": "rogue", "overlay": {"providers": ["anything"]}}}
-    refused = cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(bad), check=False)
+    bad = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "VirtualAgentProfile",
+        "metadata": {"name": "planner-rogue"},
+        "spec": {"agent": "planner", "key": "rogue", "overlay": {"providers": ["anything"]}},
+    }
+    refused = cluster.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(bad), check=False
+    )
     print(refused.stderr.strip())
 
     client = Client(api, NAMESPACE)
     step("A planner spawns two children with different virtual profiles")
     script = None if os.environ.get("AGENTWORKERS_OPENAI_BASE_URL") else PLANNER_SCRIPT
-    client.spawn("demo-planner", WorkerSpec(agent="planner", initial_message="Review and research the cache change.",
-                                            script=script))
-    client.spawn("demo-idler", WorkerSpec(agent="planner", initial_message="stand by", interactive=True))
+    client.spawn(
+        "demo-planner",
+        WorkerSpec(
+            agent="planner", initial_message="Review and research the cache change.", script=script
+        ),
+    )
+    client.spawn(
+        "demo-idler", WorkerSpec(agent="planner", initial_message="stand by", interactive=True)
+    )
     planner = client.wait("demo-planner", frozenset({"Done", "Failed"}), timeout=180)
     print(f"planner: {planner.status.phase}: {planner.status.output or planner.status.error}")
     for event in planner.status.events:
@@ -148,17 +197,31 @@ def demo(cluster: Cluster, api: Any, kubectl: Any, workdir: Path) -> int:
     print(f"collect demo-idler -> phase {killed.phase}, error {killed.error!r}")
 
     step("Summary")
-    revision = cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)["status"]["activeRevision"]
-    print(f"AgentConfig planner: revision {revision['revision']} ({revision['name']}), digest {revision['digest'][:16]}…")
-    frozen = cluster.kubectl_json("get", "acr", revision["name"], "-n", NAMESPACE)["spec"]["profileMap"]["profiles"]
+    revision = cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)["status"][
+        "activeRevision"
+    ]
+    print(
+        f"AgentConfig planner: revision {revision['revision']} ({revision['name']}), "
+        f"digest {revision['digest'][:16]}…"
+    )
+    frozen = cluster.kubectl_json("get", "acr", revision["name"], "-n", NAMESPACE)["spec"][
+        "profileMap"
+    ]["profiles"]
     for p in frozen:
         print(f"  profile {p['profile']['key']:11} hash {p['hash'][:16]}…  from {p['source']}")
     kubectl("get", "workers", "-n", NAMESPACE, "-o", "wide")
-    events = cluster.kubectl_json("get", "events", "-n", NAMESPACE, "--field-selector", "reason=Killed")["items"]
+    events = cluster.kubectl_json(
+        "get", "events", "-n", NAMESPACE, "--field-selector", "reason=Killed"
+    )["items"]
     for e in events:
-        print(f"Event {e['type']} {e['reason']} on {e['involvedObject']['kind']}/{e['involvedObject']['name']}: {e['message']}")
-    print(f"\nThe cluster keeps running: export KUBECONFIG={cluster.kubeconfig}; "
-          f"kubectl is in {cluster.bin_dir}. `make cluster-down` stops it.")
+        print(
+            f"Event {e['type']} {e['reason']} on "
+            f"{e['involvedObject']['kind']}/{e['involvedObject']['name']}: {e['message']}"
+        )
+    print(
+        f"\nThe cluster keeps running: export KUBECONFIG={cluster.kubeconfig}; "
+        f"kubectl is in {cluster.bin_dir}. `make cluster-down` stops it."
+    )
     return 0 if planner.status.phase == "Done" and killed.phase == "Killed" else 1
 
 

@@ -132,7 +132,8 @@ class Operator:
     @property
     def webhook_name(self) -> str:
         """The ValidatingWebhookConfiguration this operator manages."""
-        return next(a.split("=", 1)[1] for a in self.args if a.startswith("--webhook-name="))
+        given = (a.split("=", 1)[1] for a in self.args if a.startswith("--webhook-name="))
+        return next(given, "agentworkers.io")
 
     def wait_ready(self, cluster: Cluster) -> None:
         """Metrics served and, unless it runs without one, its webhook pointing at it."""
