@@ -15,7 +15,6 @@ import contextlib
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
+from tests.e2e.support import Cluster, Operator, local_cluster, wait_until  # noqa: E402
 
 from agentworkers.api import WorkerSpec  # noqa: E402
 from agentworkers.client import Client  # noqa: E402
@@ -66,17 +65,8 @@ def show(title: str, counts: Counter[tuple[str, str]]) -> None:
 
 
 def main() -> int:
-    up = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    info = json.loads(up.stdout.strip().splitlines()[-1])
-    import kubernetes  # noqa: PLC0415
-
-    api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
-    cluster = Cluster(Path(info["kubeconfig"]), Path(info["binDir"]), api)
+    cluster = local_cluster()
+    api = cluster.api
     prefix = f"bench{uuid.uuid4().hex[:4]}"
     namespace = f"{prefix}-writes"
     cluster.kubectl("create", "namespace", namespace)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.e2e.support: the same operator launcher the tests use
 
-from tests.e2e.support import Cluster, Operator, wait_until  # noqa: E402
+from tests.e2e.support import Cluster, Operator, local_cluster, pod_runner, wait_until  # noqa: E402
 
 from agentworkers.api import WorkerSpec  # noqa: E402
 from agentworkers.client import Client  # noqa: E402
@@ -75,17 +74,7 @@ def step(title: str) -> None:
 
 def main() -> int:
     step("Local control plane")
-    up = subprocess.run(
-        [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
-    info = json.loads(up.stdout.strip().splitlines()[-1])
-    import kubernetes  # noqa: PLC0415
-
-    api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
-    cluster = Cluster(Path(info["kubeconfig"]), Path(info["binDir"]), api)
+    cluster = local_cluster()
 
     def kubectl(*args: str, stdin: str | None = None) -> str:
         print(f"{DIM}$ kubectl {' '.join(args)}{RESET}", flush=True)
@@ -105,28 +94,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         step("Operator and local pod runner")
-        with Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator:
-            runner = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(REPO / "hack" / "podrunner.py"),
-                    f"--kubeconfig={cluster.kubeconfig}",
-                    f"--namespace-prefix={NAMESPACE}",
-                    f"--logs={workdir / 'pods'}",
-                ],
-                stdout=(workdir / "podrunner.log").open("wb"),
-                stderr=subprocess.STDOUT,
-                env=cluster.env,
+        with (
+            Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator,
+            pod_runner(cluster, NAMESPACE, workdir / "pods") as runner,
+        ):
+            print(
+                f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; "
+                f"pod runner pid {runner.pid}"
             )
-            try:
-                print(
-                    f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; "
-                    f"pod runner pid {runner.pid}"
-                )
-                return demo(cluster, api, kubectl, workdir)
-            finally:
-                runner.terminate()
-                runner.wait(timeout=30)
+            return demo(cluster, kubectl)
 
 
 def configured(config: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +120,7 @@ def configured(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def demo(cluster: Cluster, api: Any, kubectl: Any, workdir: Path) -> int:
+def demo(cluster: Cluster, kubectl: Any) -> int:
     examples = REPO / "examples"
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
     config = configured(yaml.safe_load((examples / "agentconfig.yaml").read_text()))
@@ -173,7 +149,7 @@ def demo(cluster: Cluster, api: Any, kubectl: Any, workdir: Path) -> int:
     )
     print(refused.stderr.strip())
 
-    client = Client(api, NAMESPACE)
+    client = Client(cluster.api, NAMESPACE)
     step("A planner spawns two children with different virtual profiles")
     script = None if os.environ.get("AGENTWORKERS_OPENAI_BASE_URL") else PLANNER_SCRIPT
     client.spawn(

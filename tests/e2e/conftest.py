@@ -8,6 +8,7 @@ AGENTWORKERS_CLUSTER=existing the tests use the cluster KUBECONFIG points at
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -15,11 +16,12 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
 
-from tests.e2e.support import Cluster, Operator, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, pod_runner, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 # Namespaces of this session share a prefix: its operator watches only those, so two
@@ -115,22 +117,21 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def podrunner(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """hack/podrunner.py, running this test's worker pods as local processes (only this
     test's: elsewhere pods stay as kwok leaves them, running nothing). Yields the log dir."""
-    logs = tmp_path / "pods"
-    logs.mkdir()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(REPO / "hack" / "podrunner.py"),
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--namespace-prefix={namespace}",
-            f"--logs={logs}",
-        ],
-        stdout=(logs / "podrunner.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        env=cluster.env,
+    with pod_runner(cluster, namespace, tmp_path / "pods"):
+        yield tmp_path / "pods"
+
+
+@pytest.fixture
+def planner(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    """The example agent with its profiles, at revision 1."""
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["allowedSecrets"] = ["model-key"]
+    cluster.apply(namespace, *PROFILES, config)
+    return wait_until(
+        "revision 1",
+        lambda: (
+            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
+            .get("status", {})
+            .get("activeRevision")
+        ),
     )
-    try:
-        yield logs
-    finally:
-        process.terminate()
-        process.wait(timeout=30)

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import kubernetes
+import yaml
 
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+# The example agent "planner" and its two standalone profiles: what most tests run on.
+CONFIG: dict[str, Any] = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
+PROFILES: list[dict[str, Any]] = list(
+    yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text())
+)
 T = TypeVar("T")
 
 
@@ -56,6 +64,20 @@ class Cluster:
 
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(
+        self, namespace: str, *objects: dict[str, Any], check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl apply, in the order given (profiles before their config: one revision)."""
+        return self.kubectl(
+            "apply",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            stdin="\n---\n".join(json.dumps(o) for o in objects),
+            check=check,
+        )
 
 
 def wait_until(
@@ -191,3 +213,42 @@ class Operator:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def local_cluster() -> Cluster:
+    """The local control plane (started, or built and started, by hack/localcluster.py)."""
+    up = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "localcluster.py"), "up", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    info = json.loads(up.stdout.strip().splitlines()[-1])
+    api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
+    return Cluster(Path(info["kubeconfig"]), Path(info["binDir"]), api)
+
+
+@contextlib.contextmanager
+def pod_runner(
+    cluster: Cluster, namespace_prefix: str, logs: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """hack/podrunner.py for the pods of namespaces starting with `namespace_prefix`."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "podrunner.log").open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "hack" / "podrunner.py"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                f"--namespace-prefix={namespace_prefix}",
+                f"--logs={logs}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=cluster.env,
+        )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -20,8 +20,7 @@ import yaml
 
 from agentworkers.api import GROUP, VERSION, WorkerSpec
 from agentworkers.client import AsyncClient, Client, CollectTimeoutError
-from tests.e2e.support import Cluster, wait_until
-from tests.e2e.test_workers import PROFILES, _apply, planner  # noqa: F401 (a fixture)
+from tests.e2e.support import PROFILES, Cluster, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "planner")
 
@@ -229,7 +228,7 @@ def test_explain_names_the_layer_behind_each_field(cluster: Cluster, namespace: 
     greedy["spec"].update(
         key="greedy", label="Greedy", overlay={"maxSteps": 500, "maxTokens": 8192}
     )
-    _apply(cluster, namespace, greedy)
+    cluster.apply(namespace, greedy)
     wait_until(
         "the greedy profile in the active revision",
         lambda: (
@@ -312,7 +311,7 @@ def test_profiles_and_revisions(cluster: Cluster, namespace: str) -> None:
 
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 12
-    _apply(cluster, namespace, edited)
+    cluster.apply(namespace, edited)
     revisions = wait_until(
         "revision 2",
         lambda: (found := cli_json(cluster, namespace, "revisions")) and len(found) == 2 and found,

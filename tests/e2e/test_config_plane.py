@@ -4,34 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
 from agentworkers.revisions import Standalone, digest, effective_map
-from tests.e2e.support import Cluster, Operator, wait_until
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
-PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-
-def apply(cluster: Cluster, namespace: str, *objects: dict[str, Any], check: bool = True) -> Any:
-    """kubectl apply, in the order given (profiles before their config: one revision, not three)."""
-    return cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin="\n---\n".join(json.dumps(o) for o in objects),
-        check=check,
-    )
 
 
 def active_revision(
@@ -64,7 +45,7 @@ def expected_digest(config: dict[str, Any], profiles: list[dict[str, Any]]) -> s
 def test_revisions_follow_changes_and_only_changes(
     cluster: Cluster, namespace: str, operator: Operator
 ) -> None:
-    apply(cluster, namespace, *PROFILES, CONFIG)
+    cluster.apply(namespace, *PROFILES, CONFIG)
     first = wait_for_revision(cluster, namespace, 1)
     assert first["digest"] == expected_digest(CONFIG, PROFILES)
     revision = cluster.kubectl_json("get", "agentconfigrevision", first["name"], "-n", namespace)
@@ -84,7 +65,7 @@ def test_revisions_follow_changes_and_only_changes(
     # Editing a profile the map includes cuts revision 2.
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 15
-    apply(cluster, namespace, edited)
+    cluster.apply(namespace, edited)
     second = wait_for_revision(cluster, namespace, 2)
     assert second["digest"] == expected_digest(CONFIG, [edited, PROFILES[1]])
     profile = wait_until(
@@ -110,7 +91,7 @@ def test_revisions_follow_changes_and_only_changes(
     events_before = cluster.kubectl(
         "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
     ).stdout
-    assert "unchanged" in apply(cluster, namespace, CONFIG, edited, PROFILES[1]).stdout
+    assert "unchanged" in cluster.apply(namespace, CONFIG, edited, PROFILES[1]).stdout
     operator.restart(cluster)
     session = namespace.split("-", 1)[0]
     configs = sum(
@@ -138,9 +119,9 @@ def test_a_section_profile_wins_over_a_standalone_one(cluster: Cluster, namespac
     shadow = copy.deepcopy(PROFILES[1])
     shadow["metadata"]["name"] = "planner-reviewer"
     shadow["spec"]["key"] = "reviewer"
-    apply(cluster, namespace, CONFIG)
+    cluster.apply(namespace, CONFIG)
     wait_for_revision(cluster, namespace, 1)
-    result = apply(cluster, namespace, shadow)
+    result = cluster.apply(namespace, shadow)
     assert "wins over VirtualAgentProfile/planner-reviewer" in result.stderr  # admission warning
     condition = wait_until(
         "the shadowed profile to say it is overridden",
@@ -210,9 +191,9 @@ def test_kubectl_apply_refuses_a_bad_profile_naming_the_field(
     cluster: Cluster, namespace: str, case: str
 ) -> None:
     bad, field = BAD_PROFILES[case]
-    apply(cluster, namespace, *PROFILES, CONFIG)
+    cluster.apply(namespace, *PROFILES, CONFIG)
     wait_for_revision(cluster, namespace, 1)
-    refused = apply(cluster, namespace, bad, check=False)
+    refused = cluster.apply(namespace, bad, check=False)
     assert refused.returncode != 0, f"{case} was accepted"
     assert field in refused.stderr, refused.stderr
     assert cluster.kubectl("get", "vap", "bad", "-n", namespace, check=False).returncode != 0
@@ -221,9 +202,9 @@ def test_kubectl_apply_refuses_a_bad_profile_naming_the_field(
 def test_the_profile_cap_is_enforced_across_both_doors(cluster: Cluster, namespace: str) -> None:
     config = copy.deepcopy(CONFIG)
     config["spec"]["virtualAgents"]["maxProfiles"] = 3
-    apply(cluster, namespace, *PROFILES, config)  # 1 in the section + 2 standalone = 3
+    cluster.apply(namespace, *PROFILES, config)  # 1 in the section + 2 standalone = 3
     wait_for_revision(cluster, namespace, 1)
-    refused = apply(cluster, namespace, _profile(key="fourth"), check=False)
+    refused = cluster.apply(namespace, _profile(key="fourth"), check=False)
     assert refused.returncode != 0
     assert "InvalidMap" in refused.stderr and "spec.virtualAgents" in refused.stderr
     assert "3" in refused.stderr
@@ -232,7 +213,7 @@ def test_the_profile_cap_is_enforced_across_both_doors(cluster: Cluster, namespa
 def test_kubectl_shows_useful_columns_and_explains_the_overlay(
     cluster: Cluster, namespace: str
 ) -> None:
-    apply(cluster, namespace, *PROFILES, CONFIG)
+    cluster.apply(namespace, *PROFILES, CONFIG)
     wait_for_revision(cluster, namespace, 1)
     wait_until(
         "both profiles to be accepted",
@@ -270,7 +251,7 @@ def test_kubectl_shows_useful_columns_and_explains_the_overlay(
 
 
 def test_revisions_are_immutable(cluster: Cluster, namespace: str) -> None:
-    apply(cluster, namespace, CONFIG)
+    cluster.apply(namespace, CONFIG)
     first = wait_for_revision(cluster, namespace, 1)
     refused = cluster.kubectl(
         "patch",
@@ -290,11 +271,11 @@ def test_revisions_are_immutable(cluster: Cluster, namespace: str) -> None:
 def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
     cluster: Cluster, namespace: str, operator: Operator
 ) -> None:
-    apply(cluster, namespace, *PROFILES, CONFIG)
+    cluster.apply(namespace, *PROFILES, CONFIG)
     wait_for_revision(cluster, namespace, 1)
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 15
-    apply(cluster, namespace, edited)
+    cluster.apply(namespace, edited)
     second = wait_for_revision(cluster, namespace, 2)
 
     saved = cluster.kubectl_json("get", "validatingwebhookconfiguration", operator.webhook_name)
@@ -302,11 +283,11 @@ def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
     try:
         # Passes the schema (70 characters), breaks the 200-byte rule only the model knows.
         bad = _profile(label="語" * 70, key="wide")
-        apply(cluster, namespace, bad)
+        cluster.apply(namespace, bad)
     finally:
         for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
             saved["metadata"].pop(key, None)
-        apply(cluster, "default", saved)
+        cluster.apply("default", saved)
 
     def refused_condition() -> dict[str, Any] | None:
         status = cluster.kubectl_json("get", "agentconfig", "planner", "-n", namespace).get(

@@ -8,15 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client
-from tests.e2e.support import Cluster, wait_until
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
-PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+from tests.e2e.support import CONFIG, PROFILES, Cluster, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 

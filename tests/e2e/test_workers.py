@@ -5,11 +5,9 @@ from __future__ import annotations
 import copy
 import json
 import signal
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import (
@@ -19,11 +17,7 @@ from agentworkers.client import (
     WorkerNameConflictError,
 )
 from agentworkers.virtualagent import Binding
-from tests.e2e.support import Cluster, Operator, wait_until
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
-PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+from tests.e2e.support import PROFILES, Cluster, Operator, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -31,34 +25,6 @@ pytestmark = pytest.mark.usefixtures("operator")
 @pytest.fixture
 def client(cluster: Cluster, namespace: str) -> Client:
     return Client(cluster.api, namespace)
-
-
-@pytest.fixture
-def planner(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    """The example agent with its profiles, at revision 1."""
-    config = copy.deepcopy(CONFIG)
-    config["spec"]["allowedSecrets"] = ["model-key"]
-    _apply(cluster, namespace, *PROFILES, config)
-    return wait_until(
-        "revision 1",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
-
-
-def _apply(cluster: Cluster, namespace: str, *objects: dict[str, Any], check: bool = True) -> Any:
-    return cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin="\n---\n".join(json.dumps(o) for o in objects),
-        check=check,
-    )
 
 
 def _worker(name: str, **spec: Any) -> dict[str, Any]:
@@ -101,7 +67,7 @@ def _wait_revision(cluster: Cluster, namespace: str, number: int) -> None:
 
 
 def _running_parent(cluster: Cluster, namespace: str, name: str = "parent") -> dict[str, Any]:
-    _apply(cluster, namespace, _worker(name, initialMessage="plan the work"))
+    cluster.apply(namespace, _worker(name, initialMessage="plan the work"))
     return _phase(cluster, namespace, name, "Running")
 
 
@@ -133,8 +99,7 @@ def test_a_profiled_child_is_bound_once_owned_by_its_parent_and_narrowed(
     cluster: Cluster, namespace: str, planner: dict[str, Any]
 ) -> None:
     _running_parent(cluster, namespace)
-    _apply(
-        cluster,
+    cluster.apply(
         namespace,
         _worker("child", parent="parent", profile="reviewer", initialMessage="review"),
     )
@@ -208,7 +173,7 @@ def test_a_runtime_may_touch_its_own_worker_and_its_children_and_nothing_else(
     )
     assert not can("patch", "workers/parent")  # its own spec (queries, kill) is not its to write
 
-    _apply(cluster, namespace, _worker("kid", parent="parent", profile="translator"))
+    cluster.apply(namespace, _worker("kid", parent="parent", profile="translator"))
     _phase(cluster, namespace, "kid", "Running")
     wait_until("the parent's runtime to be granted its child", lambda: can("get", "workers/kid"))
     assert can("delete", "workers/kid") and can("patch", "workers/kid")
@@ -235,7 +200,7 @@ def test_a_runtime_may_touch_its_own_worker_and_its_children_and_nothing_else(
 
 
 def _refused(cluster: Cluster, namespace: str, worker: dict[str, Any], reason: str) -> str:
-    result = _apply(cluster, namespace, worker, check=False)
+    result = cluster.apply(namespace, worker, check=False)
     assert result.returncode != 0, f"{worker['metadata']['name']} was accepted"
     assert f"{reason}:" in result.stderr, result.stderr
     name = worker["metadata"]["name"]
@@ -258,21 +223,21 @@ def test_bad_spawns_are_refused_before_anything_persists(
     )
 
     # A profiled child may not spawn a profiled grandchild.
-    _apply(cluster, namespace, _worker("child", parent="parent", profile="reviewer"))
+    cluster.apply(namespace, _worker("child", parent="parent", profile="reviewer"))
     _phase(cluster, namespace, "child", "Running")
     _refused(
         cluster, namespace, _worker("c4", parent="child", profile="researcher"), "ProfileRecursion"
     )
 
     # A parent that has not started has frozen nothing.
-    _apply(cluster, namespace, _worker("held", suspend=True))
+    cluster.apply(namespace, _worker("held", suspend=True))
     _phase(cluster, namespace, "held", "Pending")
     _refused(cluster, namespace, _worker("c5", parent="held", profile="reviewer"), "NoProfileMap")
 
     # The live revision moved since the parent froze: stale.
     edited = copy.deepcopy(PROFILES[1])
     edited["spec"]["overlay"]["maxTokens"] = 1000
-    _apply(cluster, namespace, edited)
+    cluster.apply(namespace, edited)
     _wait_revision(cluster, namespace, 2)
     _refused(
         cluster, namespace, _worker("c6", parent="parent", profile="reviewer"), "StaleProfilePin"
@@ -280,7 +245,7 @@ def test_bad_spawns_are_refused_before_anything_persists(
 
 
 def _suspended_child(cluster: Cluster, namespace: str, name: str, profile: str) -> None:
-    _apply(cluster, namespace, _worker(name, parent="parent", profile=profile, suspend=True))
+    cluster.apply(namespace, _worker(name, parent="parent", profile=profile, suspend=True))
     wait_until(
         f"{name} to be bound",
         lambda: (
@@ -339,7 +304,7 @@ def test_a_run_start_fails_loud_when_the_pin_no_longer_holds(
     # A profile edit moves the revision: stale.
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 12
-    _apply(cluster, namespace, edited)
+    cluster.apply(namespace, edited)
     _wait_revision(cluster, namespace, 2)
     _start_and_expect_failure(cluster, namespace, "stale", "StaleProfilePin")
 
@@ -456,7 +421,7 @@ def test_an_operator_restart_mid_spawn_leaves_one_pod_per_worker(
     cluster: Cluster, namespace: str, planner: dict[str, Any], operator: Operator
 ) -> None:
     names = [f"burst-{i}" for i in range(8)]
-    _apply(cluster, namespace, *(_worker(n, initialMessage="go") for n in names))
+    cluster.apply(namespace, *(_worker(n, initialMessage="go") for n in names))
     operator.process.send_signal(signal.SIGKILL)  # no graceful stop: a crash mid-spawn
     operator.process.wait()
     operator.restart(cluster)
