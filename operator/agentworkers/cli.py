@@ -20,7 +20,6 @@ exit codes:
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
@@ -63,9 +62,11 @@ def _operator(args: argparse.Namespace) -> int:
         standalone=not args.peering,
         peering=args.peering,
     )
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    # JSON lines carry the object (kind, name, namespace) under "object": one line, one worker.
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat[args.log_format.upper()],
+        log_refkey="object",
     )
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
@@ -115,6 +116,12 @@ def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--liveness", default="http://127.0.0.1:8081/healthz", help="liveness endpoint; '' off"
     )
     op.add_argument("--peering", help="kopf peering name for active/standby replicas")
+    op.add_argument(
+        "--log-format",
+        choices=("full", "json", "plain"),
+        default="full",
+        help="json: one JSON object a line, with the object it is about (use in clusters)",
+    )
     op.add_argument("-v", "--verbose", action="store_true")
     op.set_defaults(func=_operator)
 

@@ -104,6 +104,7 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         tmp_path_factory.mktemp("operator"),
         f"--namespace={SESSION}-*",
         f"--webhook-name=agentworkers-{SESSION}.io",
+        "--log-format=json",
     ) as running:
         yield running
     # kopf empties its webhook configurations on exit but leaves them behind.

@@ -310,3 +310,49 @@ def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
     assert all(e["type"] == "Warning" for e in events["items"])
     bad_status = cluster.kubectl_json("get", "vap", "bad", "-n", namespace)["status"]
     assert bad_status["conditions"][0]["reason"] == "InvalidProfile"
+
+
+def test_two_server_side_appliers_and_the_operator_never_fight(
+    cluster: Cluster, namespace: str
+) -> None:
+    """kubectl and a GitOps controller both apply; the operator owns no field of any spec."""
+
+    def ssa(manager: str, *objects: dict[str, Any]) -> None:
+        cluster.kubectl(
+            "apply",
+            "--server-side",
+            f"--field-manager={manager}",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            stdin="\n---\n".join(json.dumps(o) for o in objects),
+        )
+
+    ssa("argocd-controller", *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    # A person adds a label with kubectl; GitOps applies the same manifests again.
+    labelled = copy.deepcopy(CONFIG)
+    labelled["metadata"]["labels"] = {"team": "search"}
+    ssa(
+        "kubectl",
+        {k: labelled[k] for k in ("apiVersion", "kind")} | {"metadata": labelled["metadata"]},
+    )
+    ssa(
+        "argocd-controller", *PROFILES, CONFIG
+    )  # no conflict: the label is kubectl's, the spec ours
+    for kind, name in [
+        ("agentconfig", "planner"),
+        *(("vap", p["metadata"]["name"]) for p in PROFILES),
+    ]:
+        body = cluster.kubectl_json("get", kind, name, "-n", namespace, "--show-managed-fields")
+        spec_owners = {
+            m["manager"]
+            for m in body["metadata"]["managedFields"]
+            if "f:spec" in m.get("fieldsV1", {})
+        }
+        assert spec_owners == {"argocd-controller"}, (kind, name, spec_owners)
+    assert cluster.kubectl_json("get", "ac", "planner", "-n", namespace)["metadata"]["labels"] == {
+        "team": "search"
+    }
+    assert active_revision(cluster, namespace)["revision"] == 1  # type: ignore[index]

@@ -431,3 +431,15 @@ def test_an_operator_restart_mid_spawn_leaves_one_pod_per_worker(
         "items"
     ]
     assert sorted(p["metadata"]["labels"]["agentworkers.io/worker"] for p in pods) == names
+
+
+def test_the_operator_logs_json_lines_naming_the_worker(
+    cluster: Cluster, namespace: str, planner: dict[str, Any], operator: Operator
+) -> None:
+    _running_parent(cluster, namespace, "logged")
+    cluster.kubectl("delete", "pod", "logged", "-n", namespace)
+    _phase(cluster, namespace, "logged", "Failed")
+    lines = [json.loads(line) for line in operator.log.read_text().splitlines() if line.strip()]
+    about = [line for line in lines if (line.get("object") or {}).get("namespace") == namespace]
+    assert any(line["object"].get("name") == "logged" for line in about), about[-5:]
+    assert all({"message", "timestamp", "severity"} <= line.keys() for line in lines)

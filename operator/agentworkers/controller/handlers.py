@@ -121,7 +121,14 @@ def _reconcile_worker(storage: Storage, requeue: Requeue, namespace: str, name: 
         requeue.after((namespace, name), e.delay or 5)
     except kubernetes.client.ApiException as e:
         metrics.HANDLER_ERRORS.labels(handler="worker").inc()
-        log.warning("worker %s/%s: API error %s %s; retrying", namespace, name, e.status, e.reason)
+        log.warning(
+            "worker %s/%s: API error %s %s; retrying",
+            namespace,
+            name,
+            e.status,
+            e.reason,
+            extra={"k8s_ref": {"kind": "Worker", "name": name, "namespace": namespace}},
+        )
         requeue.after((namespace, name), requeue.backoff((namespace, name)))
     else:
         requeue.forget((namespace, name))
