@@ -28,7 +28,7 @@ have_all() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
     [ -x "$bin/$b" ] || return 1
   done
-  [ -s "$bin/kwok-stages.yaml" ]
+  [ -s "$bin/kwok-stages.yaml" ] && [ -s "$bin/kwok-logs-crd.yaml" ]
 }
 
 build_kubernetes() {
@@ -101,6 +101,8 @@ kwok_stages() {
     echo "---"
     cat "$src/$f"
   done >"$bin/kwok-stages.yaml"
+  # The Logs CRD lets the pod runner tell kwok where a pod's log is: `kubectl logs` works.
+  cp "$src/../crd/bases/kwok.x-k8s.io_logs.yaml" "$bin/kwok-logs-crd.yaml"
 }
 
 if have_all; then
@@ -110,7 +112,7 @@ fi
 start=$(date +%s)
 [ -x "$bin/etcd" ] || build_etcd
 [ -x "$bin/kwok" ] || build_kwok
-[ -s "$bin/kwok-stages.yaml" ] || kwok_stages
+[ -s "$bin/kwok-logs-crd.yaml" ] || kwok_stages
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [ -x "$bin/$b" ] || { build_kubernetes; break; }
 done

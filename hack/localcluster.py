@@ -475,6 +475,7 @@ def up(args: argparse.Namespace) -> int:
     )
     wait_for("kube-apiserver", lambda: https_ok(f"{state.server}/readyz", pki), 120, state)
     kubectl(state, "apply", "-f", "-", stdin=KWOK_RBAC)
+    kubectl(state, "apply", "-f", str(Path(bin_dir) / "kwok-logs-crd.yaml"))
 
     start(
         state,
@@ -515,6 +516,7 @@ def up(args: argparse.Namespace) -> int:
         [
             f"--kubeconfig={STATE_DIR / 'kwok.kubeconfig'}",
             f"--config={Path(bin_dir) / 'kwok-stages.yaml'}",
+            "--enable-crds=Logs",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
             "--node-ip=127.0.0.1",

@@ -13,7 +13,9 @@ Running, runs its container's command as a local process:
   least privilege it has in a real pod;
 * in a temporary directory standing in for the sandbox emptyDir (the pod's
   AGENTWORKERS_SANDBOX and working directory), removed with the process;
-* its stdout and stderr appended to <logs>/<namespace>_<pod>.log.
+* its stdout and stderr appended, in the CRI log format a kubelet writes, to
+  <logs>/<namespace>_<pod>.log, which a kwok `Logs` object points kwok at, so that
+  `kubectl logs` shows the run.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
 code, as a kubelet would report it. When the pod is deleted, the process gets
@@ -110,20 +112,23 @@ class PodRunner:
             PATH=os.environ.get("PATH", ""),
             KUBECONFIG=str(self.pod_kubeconfig(pod, home)),
         )
-        logfile = (self.logs / f"{namespace}_{name}.log").open("ab")
+        logfile = self.logs / f"{namespace}_{name}.log"
+        self.point_kwok_at(pod, logfile)
         process = subprocess.Popen(
             [sys.executable, "-m", "agentworkers.cli", *command[1:]],
             cwd=sandbox,
             env=env,
-            stdout=logfile,
-            stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
+            threading.Thread(target=cri_copy, args=(pipe, logfile, stream), daemon=True).start()
         with self.lock:
             self.runs[(namespace, name)] = Run(process, sandbox, home)
         log.info("%s/%s: started %s (pid %d)", namespace, name, " ".join(command), process.pid)
-        threading.Thread(target=self.reap, args=((namespace, name), logfile), daemon=True).start()
+        threading.Thread(target=self.reap, args=((namespace, name),), daemon=True).start()
 
     def pod_kubeconfig(self, pod: kubernetes.client.V1Pod, home: Path) -> Path:
         """Credentials of the pod's own ServiceAccount, as a mounted token would give."""
@@ -161,10 +166,23 @@ class PodRunner:
         path.chmod(0o600)
         return path
 
-    def reap(self, key: tuple[str, str], logfile: Any) -> None:
+    def point_kwok_at(self, pod: kubernetes.client.V1Pod, logfile: Path) -> None:
+        """A kwok Logs object: `kubectl logs` of this pod reads (and follows) the file."""
+        logfile.touch()
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+            "spec": {"logs": [{"containers": ["agent"], "logsFile": str(logfile), "follow": True}]},
+        }
+        with contextlib.suppress(ApiException):  # logs are a convenience, never a failure
+            kubernetes.client.CustomObjectsApi(self.api).create_namespaced_custom_object(
+                "kwok.x-k8s.io", "v1alpha1", pod.metadata.namespace, "logs", body
+            )
+
+    def reap(self, key: tuple[str, str]) -> None:
         run = self.runs[key]
         code = run.process.wait()
-        logfile.close()
         with self.lock:
             self.runs.pop(key, None)
         shutil.rmtree(run.sandbox, ignore_errors=True)
@@ -227,6 +245,19 @@ class PodRunner:
         self.stopping.set()
         for key in list(self.runs):
             self.stop(key)
+
+
+_write_lock = threading.Lock()
+
+
+def cri_copy(pipe: Any, logfile: Path, stream: str) -> None:
+    """Copy a pipe to the log file line by line, as `<time> <stream> F <line>` (CRI format)."""
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            with _write_lock, logfile.open("a", encoding="utf-8") as out:
+                out.write(f"{stamp} {stream} F {line}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,7 +52,7 @@ def client(cluster: Cluster, namespace: str) -> Client:
 
 
 def test_a_single_run_ends_done_with_its_output_and_events(
-    cluster: Cluster, namespace: str, client: Client, podrunner: Path
+    cluster: Cluster, namespace: str, client: Client
 ) -> None:
     _agent(cluster, namespace, [{"thought": "easy one"}, {"reply": "hello from the sandbox"}])
     client.spawn("solo", WorkerSpec(agent="planner", initial_message="say hello"))
@@ -69,14 +68,12 @@ def test_a_single_run_ends_done_with_its_output_and_events(
             == "Succeeded"
         ),
     )
-    # Every event is a JSON line on the pod's stdout.
-    lines = [
-        json.loads(line)
-        for line in (podrunner / f"{namespace}_solo.log").read_text().splitlines()
-        if line.startswith("{")
-    ]
+    # Every event is a JSON line on the pod's stdout: `kubectl logs` shows the run.
+    logs = cluster.kubectl("logs", "solo", "-n", namespace).stdout.splitlines()
+    lines = [json.loads(line) for line in logs if line.startswith("{")]
     assert {line["kind"] for line in lines} >= {"status_change", "thought", "assistant_message"}
     assert all(line["worker"] == "solo" for line in lines)
+    assert [line["index"] for line in lines] == list(range(1, len(lines) + 1))
     result = client.collect("solo", timeout=10)
     assert (result.phase, result.output) == ("Done", "hello from the sandbox")
 
