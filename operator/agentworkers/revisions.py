@@ -10,8 +10,9 @@ content never cuts a new revision; new content gets the next revision id.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic.alias_generators import to_camel
 
@@ -22,6 +23,7 @@ from agentworkers.api import (
     FrozenProfileMap,
 )
 from agentworkers.api.profile import VirtualAgentProfileSpec
+from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     FrozenMap,
@@ -227,6 +229,21 @@ def prunable(
     )
     # The active revision counts towards the limit: `keep` revisions in all.
     return tuple(r.name for r in history[max(keep - 1, 0) :] if r.name not in protected)
+
+
+def pinned_by(agent: str, workers: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Revisions the live Workers of `agent` pin: the one a run froze at its start (its
+    children are checked against it) and the one a child is bound to."""
+    pinned: set[str] = set()
+    for worker in workers:
+        spec, status = worker.get("spec") or {}, worker.get("status") or {}
+        if spec.get("agent") != agent or status.get("phase") in TERMINAL_PHASES:
+            continue
+        if frozen := (status.get("frozenRevision") or {}).get("name"):
+            pinned.add(frozen)
+        if bound := (status.get("binding") or {}).get("revision"):
+            pinned.add(revision_name(agent, int(bound)))
+    return pinned
 
 
 def frozen_map(

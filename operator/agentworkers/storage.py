@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
-from agentworkers.revisions import ExistingRevision, revision_name
+from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +162,7 @@ class Storage:
 
     def pinned_revisions(self, namespace: str, agent: str) -> set[str]:
         """Revisions a live Worker of the agent pins (they outlive the history limit)."""
-        return {
-            w["metadata"]["labels"][REVISION_LABEL]
-            for w in self.items("workers", namespace, f"{AGENT_LABEL}={agent},{REVISION_LABEL}")
-        }
+        return pinned_by(agent, self.items("workers", namespace))
 
     # --- events ----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from agentworkers.client import (
     WorkerNameConflictError,
 )
 from agentworkers.virtualagent import Binding
-from tests.e2e.support import PROFILES, Cluster, Operator, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -443,3 +443,40 @@ def test_the_operator_logs_json_lines_naming_the_worker(
     about = [line for line in lines if (line.get("object") or {}).get("namespace") == namespace]
     assert any(line["object"].get("name") == "logged" for line in about), about[-5:]
     assert all({"message", "timestamp", "severity"} <= line.keys() for line in lines)
+
+
+def test_a_revision_a_live_worker_pins_outlives_the_history_limit(
+    cluster: Cluster, namespace: str
+) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["revisionHistoryLimit"] = 1
+    cluster.apply(namespace, *PROFILES, config)
+    _wait_revision(cluster, namespace, 1)
+    _running_parent(cluster, namespace)  # froze planner-r1: its children are checked against it
+
+    def revisions() -> list[str]:
+        found = cluster.kubectl_json("get", "acr", "-n", namespace)["items"]
+        return sorted(r["metadata"]["name"] for r in found)
+
+    edited = copy.deepcopy(PROFILES[1])
+    for number, tokens in ((2, 1500), (3, 1400)):
+        edited["spec"]["overlay"]["maxTokens"] = tokens
+        cluster.apply(namespace, edited)
+        _wait_revision(cluster, namespace, number)
+    wait_until("r2 to be pruned", lambda: revisions() == ["planner-r1", "planner-r3"])
+
+    cluster.kubectl(
+        "patch",
+        "worker",
+        "parent",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"kill":{"reason":"done with r1"}}}',
+    )
+    _phase(cluster, namespace, "parent", "Killed")
+    edited["spec"]["overlay"]["maxTokens"] = 1300
+    cluster.apply(namespace, edited)
+    _wait_revision(cluster, namespace, 4)
+    wait_until("only the active revision to remain", lambda: revisions() == ["planner-r4"])

@@ -11,6 +11,7 @@ from agentworkers.revisions import (
     digest,
     effective_map,
     kube_path,
+    pinned_by,
     plan_revision,
     prunable,
 )
@@ -134,3 +135,20 @@ def test_the_digest_moves_with_config_and_profiles() -> None:
     assert digest(other_config, effective_map("a", other_config, []).frozen()) != d
     other_profile = config({"key": "r", "label": "x"})
     assert digest(other_profile, effective_map("a", other_profile, []).frozen()) != d
+
+
+def test_live_workers_pin_the_revision_they_froze_and_the_one_they_are_bound_to() -> None:
+    workers = [
+        {
+            "spec": {"agent": "a"},
+            "status": {"phase": "Running", "frozenRevision": {"name": "a-r1"}},
+        },
+        {"spec": {"agent": "a"}, "status": {"phase": "Pending", "binding": {"revision": "2"}}},
+        {"spec": {"agent": "a"}, "status": {"phase": "Done", "frozenRevision": {"name": "a-r3"}}},
+        {
+            "spec": {"agent": "b"},
+            "status": {"phase": "Running", "frozenRevision": {"name": "b-r4"}},
+        },
+        {"spec": {"agent": "a"}},  # not started: pins nothing yet
+    ]
+    assert pinned_by("a", workers) == {"a-r1", "a-r2"}
