@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo test tools unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ $(BIN)/.installed: pyproject.toml
 
 demo: $(BIN)/.installed ## run the demo on the local control plane (builds it on first use)
 	$(BIN)/python hack/demo.py
+
+run: $(BIN)/.installed ## the operator and the pod runner on the local control plane, until Ctrl-C
+	$(BIN)/python hack/run.py
 
 test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local control plane
 	$(BIN)/pytest

@@ -232,6 +232,8 @@ def spawn_request(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[s
             base[wire] = value
     if args.suspend:
         base["suspend"] = True
+    if args.interactive:
+        base["interactive"] = True
     for label in args.label:
         key, sep, value = label.partition("=")
         if not sep:
@@ -297,6 +299,12 @@ def _add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--profile", help="a virtual-agent profile key from the parent's frozen map")
     p.add_argument("--deadline", type=int, metavar="SECONDS", help="longest the run may take")
     p.add_argument("--suspend", action="store_true", help="bind now, start the run later")
+    p.add_argument(
+        "-i",
+        "--interactive",
+        action="store_true",
+        help="stay Idle after answering, for queries (otherwise Done after the first answer)",
+    )
     p.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
         "--wait",
