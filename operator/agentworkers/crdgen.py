@@ -86,9 +86,27 @@ def openapi_schema(model: type[Any]) -> JSON:
     return structural(schema, schema.get("$defs", {}))
 
 
+def keep_unknown_fields(schema: JSON) -> JSON:
+    """Mark every object of a spec to keep fields it does not know, instead of pruning them.
+
+    The API server would otherwise drop an unknown field (say `overlay.providers`) with
+    only a warning for clients that do not ask for strict field validation; kept, it
+    reaches the admission webhook and the handlers, which refuse it by name.
+    """
+    out = dict(schema)
+    if "properties" in out:
+        out["properties"] = {k: keep_unknown_fields(v) for k, v in out["properties"].items()}
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if "items" in out:
+        out["items"] = keep_unknown_fields(out["items"])
+    return out
+
+
 def crd(resource: Resource) -> JSON:
     """The full CustomResourceDefinition of one resource."""
     spec_schema = openapi_schema(resource.spec)
+    if resource.user_written:
+        spec_schema = keep_unknown_fields(spec_schema)
     root: JSON = {
         "type": "object",
         "description": resource.description,

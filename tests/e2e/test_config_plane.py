@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+import kubernetes
 import pytest
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
@@ -173,11 +174,11 @@ BAD_PROFILES = {
     ),
     "an overlay field that would widen: providers": (
         _profile(overlay={"providers": ["openai"]}),
-        'unknown field "spec.overlay.providers"',
+        "spec.overlay.providers: unknown field",
     ),
     "an overlay field that would widen: memory": (
         _profile(overlay={"memory": {"enabled": True}}),
-        'unknown field "spec.overlay.memory"',
+        "spec.overlay.memory: unknown field",
     ),
     "duplicate key across standalone profiles": (
         _profile(key="researcher"),
@@ -356,3 +357,20 @@ def test_two_server_side_appliers_and_the_operator_never_fight(
         "team": "search"
     }
     assert active_revision(cluster, namespace)["revision"] == 1  # type: ignore[index]
+
+
+def test_an_unknown_field_is_refused_for_any_client_not_pruned(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Not only kubectl (strict field validation): a client that does not ask for it too."""
+    cluster.apply(namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    custom = kubernetes.client.CustomObjectsApi(cluster.api)
+    widening = _profile(overlay={"maxSteps": 5, "capabilities": ["shell"]})
+    with pytest.raises(kubernetes.client.ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            "agentworkers.io", "v1alpha1", namespace, "virtualagentprofiles", widening
+        )
+    assert refused.value.status == 422
+    assert "spec.overlay.capabilities: unknown field" in json.loads(refused.value.body)["message"]
+    assert cluster.kubectl("get", "vap", "bad", "-n", namespace, check=False).returncode != 0

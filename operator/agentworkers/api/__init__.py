@@ -53,6 +53,9 @@ class Resource:
     group: str = GROUP
     version: str = VERSION
     categories: tuple[str, ...] = (CATEGORY,)
+    # Written by users (not only by the operator): unknown spec fields are refused by
+    # name at admission rather than pruned by the API server.
+    user_written: bool = True
 
 
 AGENT_CONFIG = Resource(
@@ -81,6 +84,7 @@ AGENT_CONFIG_REVISION = Resource(
     "its frozen virtual-agent profile map, with a digest. Workers pin it.",
     spec=AgentConfigRevisionSpec,
     status=None,
+    user_written=False,
     short_names=("acr",),
     printer_columns=(
         column("Agent", ".spec.agent"),
