@@ -182,12 +182,22 @@ class Operator:
 
         wait_until("the operator's admission webhook to be registered", registered, timeout=60)
 
-    def reconciles(self) -> int:
-        """AgentConfig reconcile passes this process has finished (from its own metrics)."""
-        for line in self.metrics().splitlines():
-            if line.startswith("agentworkers_config_reconcile_seconds_count"):
-                return int(float(line.split()[-1]))
-        return 0
+    def resumed(self, obj: tuple[str, str, str], after: int = 0) -> bool:
+        """Has kopf finished resuming `(kind, namespace, name)`? Read from the JSON log
+        (the operator runs with --log-format=json) past byte offset `after`."""
+        with self.log.open("rb") as log:
+            log.seek(after)
+            for raw in log:
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                ref = line.get("object") or {}
+                if (ref.get("kind"), ref.get("namespace"), ref.get("name")) == obj and str(
+                    line.get("message", "")
+                ).startswith("Resuming is processed"):
+                    return True
+        return False
 
     def ready(self) -> bool:
         if self.process.poll() is not None:

@@ -93,16 +93,11 @@ def test_revisions_follow_changes_and_only_changes(
         "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
     ).stdout
     assert "unchanged" in cluster.apply(namespace, CONFIG, edited, PROFILES[1]).stdout
+    restarted_at = operator.log.stat().st_size
     operator.restart(cluster)
-    session = namespace.split("-", 1)[0]
-    configs = sum(
-        1
-        for c in cluster.kubectl_json("get", "agentconfigs", "-A")["items"]
-        if c["metadata"]["namespace"].startswith(f"{session}-")
-    )
     wait_until(
-        "the restarted operator to resume every AgentConfig",
-        lambda: operator.reconciles() >= configs,
+        "the restarted operator to resume this AgentConfig",
+        lambda: operator.resumed(("AgentConfig", namespace, "planner"), after=restarted_at),
     )
     assert active_revision(cluster, namespace) == second
     assert len(revisions(cluster, namespace)) == 2
