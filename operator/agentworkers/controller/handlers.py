@@ -17,6 +17,7 @@ from agentworkers.api import GROUP, VERSION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
+from agentworkers.controller.tls import CertificateWatch
 from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
 
@@ -47,6 +48,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if options.webhook_port is not None:
         settings.admission.server = options.webhook_server()
         settings.admission.managed = options.webhook_name
+        memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()
     config = kubernetes.client.Configuration()
     if options.kubeconfig:
         kubernetes.config.load_kube_config(
@@ -65,6 +67,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
     memo.requeue.stop()
+    if "certificate_watch" in memo:
+        memo.certificate_watch.stop()
     memo.api.close()
 
 

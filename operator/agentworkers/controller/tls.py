@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import logging
+import os
+import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+log = logging.getLogger(__name__)
 VALIDITY = dt.timedelta(days=90)
 RENEW_BEFORE = dt.timedelta(days=30)
 
@@ -71,5 +76,49 @@ def _still_good(cert_path: Path, key_path: Path, wanted: set[str]) -> bool:
         return False
     have = {str(v) for v in sans.get_values_for_type(x509.IPAddress)}
     have |= set(sans.get_values_for_type(x509.DNSName))
-    fresh = cert.not_valid_after_utc - dt.datetime.now(dt.UTC) > RENEW_BEFORE
-    return fresh and wanted <= have
+    return not renewal_due(cert) and wanted <= have
+
+
+def renewal_due(cert: x509.Certificate, now: dt.datetime | None = None) -> bool:
+    return cert.not_valid_after_utc - (now or dt.datetime.now(dt.UTC)) <= RENEW_BEFORE
+
+
+class CertificateWatch:
+    """Restarts the operator (SIGTERM to itself) when its serving certificate must change.
+
+    kopf's webhook server reads the certificate once, at start. So when a self-signed
+    one nears its end, or a mounted one (cert-manager's) is replaced, the process ends
+    gracefully and its Deployment starts it again, which renews or loads the new one;
+    with several replicas, a standby takes over meanwhile.
+    """
+
+    def __init__(self, cert_path: Path, every: float = 3600.0) -> None:
+        self.cert_path = cert_path
+        self.loaded = cert_path.read_bytes()
+        self.every = every
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="certificate-watch", daemon=True)
+
+    def start(self) -> CertificateWatch:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def must_restart(self, now: dt.datetime | None = None) -> str | None:
+        """Why the certificate in use must change, or None."""
+        current = self.cert_path.read_bytes() if self.cert_path.exists() else b""
+        if current != self.loaded:
+            return f"{self.cert_path} changed"
+        if renewal_due(x509.load_pem_x509_certificate(self.loaded), now):
+            return f"{self.cert_path} expires within {RENEW_BEFORE.days} days"
+        return None
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.every):
+            reason = self.must_restart()
+            if reason:
+                log.warning("restarting to load a new webhook certificate: %s", reason)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
