@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image cluster-up cluster-down cluster-status bench clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -54,8 +54,18 @@ crds: $(BIN)/.installed ## regenerate crds/ (and the chart's copy) from the mode
 helm: ## build helm from Go modules (cached)
 	hack/build-helm.sh
 
+IMAGE ?= ghcr.io/agentworkers/agentworkers:0.1.0
+
 image: ## build the operator and runtime image (needs a Docker engine)
-	docker build -t ghcr.io/agentworkers/agentworkers:0.1.0 .
+	docker build -t $(IMAGE) .
+
+kind-up: image ## a kind cluster with the image loaded and the chart installed (needs Docker)
+	kind create cluster --name agentworkers
+	kind load docker-image $(IMAGE) --name agentworkers
+	hack/build-helm.sh >/dev/null
+	$$(hack/build-helm.sh | tail -1)/helm install agentworkers charts/agentworkers \
+	  -n agentworkers-system --create-namespace --values charts/agentworkers/ci/kind-values.yaml
+	@echo "installed: kubectl --context kind-agentworkers get pods -n agentworkers-system"
 
 cluster-up: $(BIN)/.installed ## start the local control plane (etcd, apiserver, controllers, kwok)
 	$(CLUSTER) up
