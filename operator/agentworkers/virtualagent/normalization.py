@@ -58,8 +58,23 @@ def copy_profile(profile: Profile) -> Profile:
 
 
 def _copy_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    # A JSON round trip is a faithful copy of a value JSON can carry, and fast.
-    return None if schema is None else cast(dict[str, Any], json.loads(json.dumps(schema)))
+    return None if schema is None else cast(dict[str, Any], _copy_json(schema))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_json(value: Any) -> Any:
+    """A copy of a JSON value sharing nothing mutable: what a JSON round trip gives, faster."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copy_json(item) for key, item in value.items()}
+    if kind is list:
+        return [_copy_json(item) for item in value]
+    if kind in _SCALARS:
+        return value
+    # Subclasses, tuples, other mappings: the round trip turns them into plain JSON types.
+    return json.loads(json.dumps(value))
 
 
 def normalize_overlay(overlay: Overlay) -> Overlay:
