@@ -40,7 +40,3 @@ def set_condition(
         last_transition_time=previous.last_transition_time if keep and previous else (at or now()),
     )
     return (*(c for c in conditions if c.type != type_), updated)
-
-
-def find(conditions: Sequence[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_), None)

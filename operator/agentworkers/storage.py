@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
+from agentworkers.conditions import now, truncate
 from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
 
 log = logging.getLogger(__name__)
@@ -170,8 +171,6 @@ class Storage:
         """A core/v1 Event on `body`, as `kubectl describe` shows it.
 
         Best effort: an Event that cannot be posted never fails a handler."""
-        from agentworkers.conditions import now, truncate  # noqa: PLC0415 (pure helpers)
-
         meta = body["metadata"]
         stamp = now()
         event = {
