@@ -171,7 +171,11 @@ def _step(storage: Storage, worker: Worker) -> None:
     config_body = storage.get("agentconfigs", worker.namespace, worker.spec.agent)
     if config_body is None:
         _wait(worker, "AgentConfigMissing", f"AgentConfig {worker.spec.agent!r} does not exist")
-    config = AgentConfigSpec.model_validate(config_body["spec"])
+    try:
+        config = AgentConfigSpec.model_validate(config_body["spec"])
+    except ValidationError as e:
+        # Its own handler reports the fault on the AgentConfig; the run waits for a fix.
+        _wait(worker, "AgentConfigInvalid", f"AgentConfig {worker.spec.agent!r}: {describe(e)}")
     active = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
     if active is None:
         _wait(worker, "NoActiveRevision", f"AgentConfig {worker.spec.agent!r} has no revision yet")
