@@ -48,6 +48,7 @@ T = TypeVar("T")
 PHASES = {RUNNING: "Running", IDLE: "Idle", DONE: "Done", FAILED: "Failed"}
 RING = 50
 REPORT_EVERY = 0.5  # seconds: events are batched into one status write
+WATCH_SECONDS = 300
 
 
 class Reporter:
@@ -223,14 +224,15 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         bus,
         on_status,
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM (the pod is going away) ends the process, interrupting the watch; the
+    # `finally` below still closes the loop and flushes the last report.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     delivered = int((body.get("status") or {}).get("queriesDelivered") or 0)
     code = 0
     try:
         if spec.initial_message and delivered == 0:
             loop.send(spec.initial_message)
-        code = _serve(storage, namespace, name, spec, loop, reporter, finished, stop, delivered)
+        code = _serve(storage, namespace, name, spec, loop, reporter, finished, delivered)
     except LoopClosed:
         code = 1
     finally:
@@ -249,17 +251,17 @@ def _serve(
     loop: AgentLoop,
     reporter: Reporter,
     finished: threading.Event,
-    stop: threading.Event,
     delivered: int,
 ) -> int:
-    """Deliver queries and watch for a kill until the run ends."""
+    """Deliver queries and watch for a kill until the run ends.
+
+    One long watch of the Worker, resumed from the last version seen. The run's own
+    status reports come back on it as events, which is when it checks whether a
+    non-interactive run has answered (and so is Done).
+    """
     custom = kubernetes.client.CustomObjectsApi(storage.api)
-    while not stop.is_set():
-        if finished.is_set():
-            return 0 if loop.status == DONE else 1
-        if not spec.interactive and loop.wait_idle(0) and loop.status == IDLE:
-            loop.finish()
-            continue
+    version: str | None = None
+    while not finished.is_set():
         watch = kubernetes.watch.Watch()
         try:
             for event in watch.stream(
@@ -269,24 +271,31 @@ def _serve(
                 namespace,
                 "workers",
                 field_selector=f"metadata.name={name}",
-                timeout_seconds=1,
+                resource_version=version,
+                timeout_seconds=WATCH_SECONDS,
             ):
-                current = WorkerSpec.model_validate(event["object"]["spec"])
+                body = event["object"]
+                version = body["metadata"]["resourceVersion"]
+                current = WorkerSpec.model_validate(body["spec"])
                 if current.kill is not None:
-                    stop.set()
-                    break
+                    return 0  # the operator records the kill and removes the pod
                 for query in current.queries[delivered:]:
                     loop.send(query)
                     delivered += 1
                     reporter.report(queriesDelivered=delivered)
-                if stop.is_set() or finished.is_set():
+                if not spec.interactive and loop.wait_idle(0) and loop.status == IDLE:
+                    loop.finish()
+                if finished.is_set():
                     break
         except kubernetes.client.ApiException as e:
-            log.warning("watching the Worker failed (%s)", e.reason)
-            time.sleep(1)
+            if e.status == 410:  # the version is too old: list again
+                version = None
+            else:
+                log.warning("watching the Worker failed (%s); watching again", e.reason)
+                time.sleep(1)
         finally:
             watch.stop()
-    return 0
+    return 0 if loop.status == DONE else 1
 
 
 def main(argv: list[str] | None = None) -> int:
