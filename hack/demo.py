@@ -105,8 +105,9 @@ def main() -> int:
             return demo(cluster, kubectl)
 
 
-def configured(config: dict[str, Any]) -> dict[str, Any]:
-    """The example agent, scripted, or pointed at a real model when the environment says so."""
+def configured(cluster: Cluster, config: dict[str, Any]) -> dict[str, Any]:
+    """The example agent, scripted, or pointed at a real model when the environment says so
+    (its key goes into a Secret, which every worker pod of the agent mounts)."""
     config = copy.deepcopy(config)
     base_url = os.environ.get("AGENTWORKERS_OPENAI_BASE_URL")
     if base_url:
@@ -115,6 +116,16 @@ def configured(config: dict[str, Any]) -> dict[str, Any]:
             baseURL=base_url,
             model=os.environ.get("AGENTWORKERS_OPENAI_MODEL", "gpt-4o-mini"),
         )
+        key = os.environ.get("AGENTWORKERS_API_KEY")
+        if key:
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "model-key"},
+                "stringData": {"apiKey": key},
+            }
+            cluster.apply(NAMESPACE, secret)
+            config["spec"]["model"]["apiKeySecret"] = "model-key"
     else:
         config["spec"]["model"]["script"] = CHILD_SCRIPT
     return config
@@ -123,7 +134,7 @@ def configured(config: dict[str, Any]) -> dict[str, Any]:
 def demo(cluster: Cluster, kubectl: Any) -> int:
     examples = REPO / "examples"
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
-    config = configured(yaml.safe_load((examples / "agentconfig.yaml").read_text()))
+    config = configured(cluster, yaml.safe_load((examples / "agentconfig.yaml").read_text()))
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
     wait_until(

@@ -25,6 +25,7 @@ SIGTERM (then SIGKILL). Only the `agentworkers` command runs: anything else is r
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import datetime as dt
 import logging
@@ -107,6 +108,7 @@ class PodRunner:
         home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
         env = {e.name: e.value for e in container.env or [] if e.value is not None}
         env.update(
+            AGENTWORKERS_SECRETS_DIR=str(self.mount_secrets(pod, home / "secrets")),
             AGENTWORKERS_SANDBOX=str(sandbox),
             HOME=str(sandbox),
             PATH=os.environ.get("PATH", ""),
@@ -129,6 +131,30 @@ class PodRunner:
             self.runs[(namespace, name)] = Run(process, sandbox, home)
         log.info("%s/%s: started %s (pid %d)", namespace, name, " ".join(command), process.pid)
         threading.Thread(target=self.reap, args=((namespace, name),), daemon=True).start()
+
+    def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
+        """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
+        for volume in pod.spec.volumes or []:
+            if not volume.secret:
+                continue
+            name = volume.secret.secret_name
+            directory = root / name
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                secret = self.core.read_namespaced_secret(name, pod.metadata.namespace)
+            except ApiException as e:
+                log.warning(
+                    "%s/%s: secret %s: %s",
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    name,
+                    e.reason,
+                )
+                continue
+            for key, value in (secret.data or {}).items():
+                (directory / key).write_bytes(base64.b64decode(value))
+                (directory / key).chmod(0o400)
+        return root
 
     def pod_kubeconfig(self, pod: kubernetes.client.V1Pod, home: Path) -> Path:
         """Credentials of the pod's own ServiceAccount, as a mounted token would give."""

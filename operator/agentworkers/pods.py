@@ -34,13 +34,15 @@ def build_pod(
 ) -> dict[str, Any]:
     meta = worker_body["metadata"]
     name = meta["name"]
+    # The secrets the run may use, and the agent's model key, which every run of it needs.
+    mounted = sorted({*effective.secrets, *filter(None, [effective.api_key_secret])})
     secret_volumes = [
         {"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}}
-        for i, secret in enumerate(effective.secrets)
+        for i, secret in enumerate(mounted)
     ]
     secret_mounts = [
         {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True}
-        for i, secret in enumerate(effective.secrets)
+        for i, secret in enumerate(mounted)
     ]
     container: dict[str, Any] = {
         "name": "agent",

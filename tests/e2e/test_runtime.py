@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import http.server
 import json
-from typing import Any
+import threading
+from typing import Any, ClassVar
 
 import pytest
 
@@ -212,3 +214,87 @@ def test_a_kill_mid_run_stops_the_process_and_collect_returns_the_reason(
     client.kill("longrun", reason="the plan changed", by="planner")
     result = client.collect("longrun", timeout=30)
     assert (result.phase, result.error) == ("Killed", "the plan changed")
+
+
+class _ChatCompletions(http.server.BaseHTTPRequestHandler):
+    """A minimal OpenAI-compatible endpoint: a tool call first, then an answer."""
+
+    seen: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"auth": self.headers.get("Authorization"), "body": request})
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {
+                            "name": "write_file",
+                            "arguments": '{"path": "plan.md", "content": "1. ship"}',
+                        },
+                    }
+                ],
+            }
+        else:
+            message = {"role": "assistant", "content": "wrote the plan"}
+        body = json.dumps(
+            {"choices": [{"message": message}], "usage": {"total_tokens": 42}}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_a_run_against_an_openai_compatible_endpoint_with_its_key_from_a_secret(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChatCompletions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cluster.kubectl(
+            "create",
+            "secret",
+            "generic",
+            "model-key",
+            "-n",
+            namespace,
+            "--from-literal=apiKey=sk-test-123",
+        )
+        config = copy.deepcopy(CONFIG)
+        config["spec"]["model"].update(
+            provider="openai",
+            baseURL=f"http://127.0.0.1:{server.server_port}/v1",
+            apiKeySecret="model-key",
+        )
+        cluster.apply(namespace, config)
+        wait_until(
+            "revision 1",
+            lambda: (
+                cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
+                .get("status", {})
+                .get("activeRevision")
+            ),
+        )
+        client.spawn("real", WorkerSpec(agent="planner", initial_message="write the plan"))
+        info = _settled(client, "real", "Done")
+    finally:
+        server.shutdown()
+    assert info.status.output == "wrote the plan"
+    first = _ChatCompletions.seen[0]
+    assert first["auth"] == "Bearer sk-test-123"
+    assert first["body"]["model"] == "demo-large" and first["body"]["max_tokens"] == 4096
+    offered = {t["function"]["name"] for t in first["body"]["tools"]}
+    assert "write_file" in offered and "spawn_worker" in offered
+    tool_reply = next(
+        m for m in _ChatCompletions.seen[1]["body"]["messages"] if m["role"] == "tool"
+    )
+    assert tool_reply["tool_call_id"] == "call_1" and "plan.md" in tool_reply["content"]

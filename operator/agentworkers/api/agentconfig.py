@@ -40,8 +40,8 @@ class ModelDefaults(KubeModel):
     )
     api_key_secret: StrictStr | None = Field(
         default=None,
-        description="Secret (key `apiKey`) holding the endpoint's API key; it must also be "
-        "listed in allowedSecrets.",
+        description="Secret (key `apiKey`) holding the endpoint's API key, mounted into every "
+        "worker pod of this agent.",
     )
     temperature: StrictFloat | None = Field(
         default=None, description="Sampling temperature, 0 to 2.", ge=0, le=2

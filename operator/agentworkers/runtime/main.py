@@ -155,10 +155,14 @@ class KubeWorkerOps:
 
 
 def _api_key(config: EffectiveConfig) -> str | None:
-    if not config.api_key_secret:
-        return os.environ.get("AGENTWORKERS_API_KEY")
-    path = Path(SECRETS_DIR) / config.api_key_secret / "apiKey"
-    return path.read_text().strip() if path.exists() else os.environ.get("AGENTWORKERS_API_KEY")
+    """The model key: key `apiKey` of the mounted api-key Secret, else AGENTWORKERS_API_KEY."""
+    if config.api_key_secret:
+        # AGENTWORKERS_SECRETS_DIR: where the local pod runner puts what a kubelet would mount.
+        mounts = Path(os.environ.get("AGENTWORKERS_SECRETS_DIR", SECRETS_DIR))
+        path = mounts / config.api_key_secret / "apiKey"
+        if path.exists():
+            return path.read_text().strip()
+    return os.environ.get("AGENTWORKERS_API_KEY")
 
 
 def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
