@@ -21,9 +21,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, pod_runner, wait_until
+from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, pod_runner, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 # Namespaces of this session share a prefix: its operator watches only those, so two
 # test sessions against one cluster (a developer's and a helper's) keep out of each other's way.
 SESSION = f"t{uuid.uuid4().hex[:4]}"

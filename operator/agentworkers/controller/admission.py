@@ -22,7 +22,7 @@ from agentworkers.controller import workers
 from agentworkers.controller.workers import SecretNotAllowedError
 from agentworkers.errors import describe
 from agentworkers.revisions import Standalone, check_standalone, effective_map, standalone_source
-from agentworkers.spawning import ParentRun, check_spawn
+from agentworkers.spawning import check_spawn
 from agentworkers.storage import Storage
 from agentworkers.virtualagent import VirtualAgentError
 
@@ -135,17 +135,7 @@ def validate_worker(
     if not worker.profile:
         return
     parent_body = storage.get("workers", namespace, worker.parent or "")
-    parent = frozen_revision = None
-    if parent_body is not None:
-        parent_status = workers.load(parent_body).status
-        parent = ParentRun(
-            name=parent_body["metadata"]["name"],
-            agent=(parent_body.get("spec") or {}).get("agent", ""),
-            frozen=parent_status.frozen_revision,
-            is_profile_run=bool((parent_body.get("spec") or {}).get("profile")),
-        )
-        if parent.frozen is not None:
-            frozen_revision = storage.revision_spec(namespace, parent.frozen.name)
+    parent, frozen_revision = workers.parent_run(storage, namespace, parent_body)
     live = None
     if config_body is not None:
         live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision

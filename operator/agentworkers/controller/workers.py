@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from agentworkers import metrics
 from agentworkers.access import access_objects, account_name, role_rules
-from agentworkers.api import AgentConfigSpec, AgentConfigStatus
+from agentworkers.api import AgentConfigRevisionSpec, AgentConfigSpec, AgentConfigStatus
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.worker import (
     COLLECTED_ANNOTATION,
@@ -219,18 +219,7 @@ def _bind(
     storage: Storage, worker: Worker, parent_body: dict[str, Any] | None, live: RevisionRef
 ) -> str:
     """Check the spawn and write the binding annotation, once, before any pod exists."""
-    parent = None
-    frozen_revision = None
-    if parent_body is not None:
-        parent_status = load(parent_body).status
-        parent = ParentRun(
-            name=parent_body["metadata"]["name"],
-            agent=parent_body["spec"].get("agent", ""),
-            frozen=parent_status.frozen_revision,
-            is_profile_run=bool(parent_body["spec"].get("profile")),
-        )
-        if parent.frozen is not None:
-            frozen_revision = storage.revision_spec(worker.namespace, parent.frozen.name)
+    parent, frozen_revision = parent_run(storage, worker.namespace, parent_body)
     try:
         binding = check_spawn(worker.spec, parent, frozen_revision, live)
     except VirtualAgentError as error:
@@ -253,6 +242,22 @@ def _bind(
         f"profile {binding.key!r} pinned to revision {binding.config_revision_id}",
     )
     return text
+
+
+def parent_run(
+    storage: Storage, namespace: str, parent_body: dict[str, Any] | None
+) -> tuple[ParentRun | None, AgentConfigRevisionSpec | None]:
+    """What a spawn is checked against: the parent run, and the revision it froze."""
+    if parent_body is None:
+        return None, None
+    parent = ParentRun(
+        name=parent_body["metadata"]["name"],
+        agent=(parent_body.get("spec") or {}).get("agent", ""),
+        frozen=load(parent_body).status.frozen_revision,
+        is_profile_run=bool((parent_body.get("spec") or {}).get("profile")),
+    )
+    frozen = storage.revision_spec(namespace, parent.frozen.name) if parent.frozen else None
+    return parent, frozen
 
 
 def _adopt(
