@@ -44,6 +44,7 @@ def _operator(args: argparse.Namespace) -> int:
     import prometheus_client  # noqa: PLC0415
 
     import agentworkers.controller.handlers  # noqa: PLC0415 (registers the handlers)
+    from agentworkers.controller import kopf_fixes  # noqa: PLC0415
 
     if not args.no_webhook:
         import agentworkers.controller.webhooks  # noqa: F401, PLC0415
@@ -68,6 +69,7 @@ def _operator(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat[args.log_format.upper()],
         log_refkey="object",
     )
+    kopf_fixes.apply()
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
     kopf.run(

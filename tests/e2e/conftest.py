@@ -21,7 +21,16 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, pod_runner, wait_until
+from tests.e2e.support import (
+    CONFIG,
+    PROFILES,
+    REPO,
+    Cluster,
+    Operator,
+    log_excerpt,
+    pod_runner,
+    wait_until,
+)
 
 # Namespaces of this session share a prefix: its operator watches only those, so two
 # test sessions against one cluster (a developer's and a helper's) keep out of each other's way.
@@ -33,6 +42,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed end-to-end test reports what the operator logged about its namespace."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or "tests/e2e" not in str(item.fspath):
+        return
+    namespace = getattr(item, "funcargs", {}).get("namespace")
+    for log in Operator.started:
+        if log.exists():
+            report.sections.append((f"operator log {log}", log_excerpt(log, namespace)))
 
 
 def _localcluster(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import kubernetes
 import yaml
@@ -104,6 +104,8 @@ def free_port() -> int:
 class Operator:
     """`agentworkers operator` as a subprocess: the way a user runs it, on loopback ports."""
 
+    # Logs of the operators started in this session, for failure reports.
+    started: ClassVar[list[Path]] = []
     process: subprocess.Popen[bytes]
     log: Path
     metrics_url: str
@@ -114,6 +116,7 @@ class Operator:
     @contextlib.contextmanager
     def start(cls, cluster: Cluster, workdir: Path, *extra: str) -> Iterator[Operator]:
         log = workdir / "operator.log"
+        cls.started.append(log)
         metrics_port = free_port()
         args = [
             sys.executable,
@@ -223,6 +226,26 @@ class Operator:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def log_excerpt(log: Path, namespace: str | None, lines: int = 40) -> str:
+    """The last `lines` lines of an operator's JSON log that concern `namespace` or are
+    warnings and errors: what a failed test's report needs, without the other tests' noise."""
+    wanted = []
+    for raw in log.read_text(errors="replace").splitlines():
+        try:
+            line = json.loads(raw)
+        except ValueError:
+            wanted.append(raw)  # a traceback or a crash: always worth showing
+            continue
+        ref = line.get("object") or line.get("k8s_ref") or {}
+        if (namespace and ref.get("namespace") == namespace) or line.get("severity") in (
+            "warning",
+            "error",
+            "critical",
+        ):
+            wanted.append(raw)
+    return "\n".join(wanted[-lines:])
 
 
 def local_cluster() -> Cluster:

@@ -59,6 +59,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             kubernetes.config.load_incluster_config(client_configuration=config)
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config(client_configuration=config)
+    # One pooled connection per handler thread, so busy handlers do not reconnect.
+    config.connection_pool_maxsize = max(config.connection_pool_maxsize, options.workers)
     memo.api = kubernetes.client.ApiClient(config)
     memo.storage = Storage(memo.api)
     memo.requeue = Requeue(lambda key: _reconcile_worker(memo.storage, memo.requeue, *key))

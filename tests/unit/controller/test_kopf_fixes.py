@@ -1,0 +1,63 @@
+"""The namespace-observer fix: a namespace seen only in the watch-stream's own listing
+(an event of type None) is served, like one seen being added."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kopf._cogs.structs import references
+from kopf._core.reactor import observation
+
+from agentworkers.controller import kopf_fixes
+
+PATTERNS = ["team-*"]
+
+
+def _observe(*events: dict[str, Any]) -> set[str | None]:
+    insights = references.Insights()
+
+    async def run() -> None:
+        for event in events:
+            await kopf_fixes.process_discovered_namespace_event(
+                raw_event=event, namespaces=PATTERNS, insights=insights
+            )
+
+    asyncio.run(run())
+    return set(insights.namespaces)
+
+
+def _namespace(name: str, type_: str | None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if deleting:
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+    return {"type": type_, "object": {"metadata": meta, "spec": {}, "status": {}}}
+
+
+def test_a_listed_namespace_that_matches_is_served() -> None:
+    assert _observe(_namespace("team-a", None)) == {"team-a"}
+
+
+def test_a_listed_namespace_that_does_not_match_is_not() -> None:
+    assert _observe(_namespace("other", None)) == set()
+
+
+def test_added_and_deleted_namespaces_behave_as_before() -> None:
+    assert _observe(_namespace("team-a", "ADDED"), _namespace("team-b", None)) == {
+        "team-a",
+        "team-b",
+    }
+    assert _observe(_namespace("team-a", None), _namespace("team-a", "DELETED", True)) == set()
+
+
+def test_apply_installs_it_where_kopf_looks_it_up() -> None:
+    original = observation.process_discovered_namespace_event
+    try:
+        kopf_fixes.apply()
+        kopf_fixes.apply()
+        assert (
+            observation.process_discovered_namespace_event
+            is kopf_fixes.process_discovered_namespace_event
+        )
+    finally:
+        observation.process_discovered_namespace_event = original
