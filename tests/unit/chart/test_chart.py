@@ -347,13 +347,22 @@ def test_webhook_with_the_operators_own_certificate(
     assert not find(objects, "Certificate")
 
 
-def test_webhook_by_a_pinned_cluster_ip(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    """Where the API server cannot resolve cluster DNS (kind, kubeadm), it dials an IP."""
+def test_kind_uses_the_loaded_image_and_the_service_reference(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
     objects = rendered["kind"]
+    assert container(objects)["imagePullPolicy"] == "Never"
+    assert f"--webhook-host={FULLNAME}-webhook.{NAMESPACE}.svc" in args_of(objects)
+
+
+def test_webhook_by_a_pinned_cluster_ip() -> None:
+    """An API server that must dial an address itself gets a pinned ClusterIP."""
+    pinned = {"webhook.service.clusterIP": "10.96.200.200"}
+    objects = render(None, pinned)
     service = one(objects, "Service", f"{FULLNAME}-webhook")
     assert service["spec"]["clusterIP"] == "10.96.200.200"
     assert "--webhook-host=10.96.200.200" in args_of(objects)
-    cert = one(render("kind", {"webhook.certManager.enabled": "true"}), "Certificate")
+    cert = one(render(None, {**pinned, "webhook.certManager.enabled": "true"}), "Certificate")
     assert cert["spec"]["ipAddresses"] == ["0.0.0.0", "10.96.200.200"]
     assert "10.96.200.200" not in cert["spec"]["dnsNames"]
 
