@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 import kubernetes
+import urllib3
 
 from agentworkers import metrics
 from agentworkers.api import GROUP, VERSION
@@ -19,13 +20,15 @@ from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.tls import CertificateWatch
 from agentworkers.pods import WORKER_LABEL
-from agentworkers.storage import Storage
+from agentworkers.storage import BoundedApiClient, Storage
 
 log = logging.getLogger(__name__)
 
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
 WORKERS = (GROUP, VERSION, "workers")
+# What a reconcile may meet on its way to the API server; all of it is worth a retry.
+API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
 
 
 @kopf.on.startup()
@@ -61,7 +64,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
             kubernetes.config.load_kube_config(client_configuration=config)
     # One pooled connection per handler thread, so busy handlers do not reconnect.
     config.connection_pool_maxsize = max(config.connection_pool_maxsize, options.workers)
-    memo.api = kubernetes.client.ApiClient(config)
+    memo.api = BoundedApiClient(config, timeout=options.request_timeout)
     memo.storage = Storage(memo.api)
     memo.requeue = Requeue(lambda key: _reconcile_worker(memo.storage, memo.requeue, *key))
 
@@ -94,9 +97,15 @@ def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
 def _reconcile(storage: Storage, namespace: str, name: str, handler: str) -> None:
     try:
         configs.reconcile(storage, namespace, name)
-    except kubernetes.client.ApiException as e:
+    except API_TROUBLE as e:
         metrics.HANDLER_ERRORS.labels(handler=handler).inc()
-        raise kopf.TemporaryError(f"API error {e.status} {e.reason}; retrying", delay=5) from e
+        raise kopf.TemporaryError(f"{_trouble(e)}; retrying", delay=5) from e
+
+
+def _trouble(e: Exception) -> str:
+    if isinstance(e, kubernetes.client.ApiException):
+        return f"API error {e.status} {e.reason}"
+    return f"API unreachable ({e})"
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),
@@ -125,14 +134,13 @@ def _reconcile_worker(storage: Storage, requeue: Requeue, namespace: str, name: 
         workers.reconcile(storage, namespace, name)
     except kopf.TemporaryError as e:
         requeue.after((namespace, name), e.delay or 5)
-    except kubernetes.client.ApiException as e:
+    except API_TROUBLE as e:
         metrics.HANDLER_ERRORS.labels(handler="worker").inc()
         log.warning(
-            "worker %s/%s: API error %s %s; retrying",
+            "worker %s/%s: %s; retrying",
             namespace,
             name,
-            e.status,
-            e.reason,
+            _trouble(e),
             extra={"k8s_ref": {"kind": "Worker", "name": name, "namespace": namespace}},
         )
         requeue.after((namespace, name), requeue.backoff((namespace, name)))

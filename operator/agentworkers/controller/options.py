@@ -32,6 +32,8 @@ class Options:
     peering: str | None = None
     workers: int = 16
     watch_timeout: int = 270
+    # Seconds any one API call may take (a webhook on the way may take 30 by itself).
+    request_timeout: float = 60
 
     def webhook_server(self) -> kopf.WebhookServer:
         host = self.webhook_host or self.webhook_addr
