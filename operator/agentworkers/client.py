@@ -25,7 +25,6 @@ import builtins
 import contextlib
 import json
 import math
-import os
 import time
 from collections.abc import (
     AsyncIterator,
@@ -37,13 +36,13 @@ from collections.abc import (
     Mapping,
 )
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from agentworkers import kube
 from agentworkers.api import (
     GROUP,
     VERSION,
@@ -73,7 +72,6 @@ DEFAULT_COLLECT_TIMEOUT = 300.0
 # A watch is reopened at least this often, so a waiter can report progress and notice its
 # deadline even when nothing changes.
 HEARTBEAT_SECONDS = 10.0
-_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 Body = dict[str, Any]
 P = ParamSpec("P")
@@ -390,29 +388,13 @@ class Client:
 
     @classmethod
     def from_kubeconfig(cls, namespace: str | None = None, kubeconfig: str | None = None) -> Client:
-        """From a kubeconfig (the file given, else KUBECONFIG, else ~/.kube/config); inside a
-        pod without one, from its service account. The namespace defaults to the context's."""
+        """From the kubeconfig given, else KUBECONFIG, else (in a pod) its service account,
+        else ~/.kube/config. The namespace defaults to the context's (the pod's)."""
         try:
-            api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
-            if namespace is None:
-                _, context = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
-                namespace = context.get("context", {}).get("namespace") or "default"
-        except (kubernetes.config.ConfigException, OSError) as e:
-            if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-                return cls.in_cluster(namespace)
-            raise ConfigError(f"no usable kubeconfig: {e}") from e
-        return cls(api, namespace, owns_api=True)
-
-    @classmethod
-    def in_cluster(cls, namespace: str | None = None) -> Client:
-        """From the pod's service account (a planner agent running as a worker, say)."""
-        configuration = kubernetes.client.Configuration()
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
-            namespace = namespace or _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
-        except (kubernetes.config.ConfigException, OSError) as e:
-            raise ConfigError(f"no in-cluster configuration: {e}") from e
-        return cls(kubernetes.client.ApiClient(configuration), namespace, owns_api=True)
+            connection = kube.connect(kubeconfig)
+        except kube.ConfigError as e:
+            raise ConfigError(str(e)) from e
+        return cls(connection.api, namespace or connection.namespace, owns_api=True)
 
     def close(self) -> None:
         if self._owns_api:

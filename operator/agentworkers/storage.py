@@ -40,28 +40,6 @@ def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
     }
 
 
-class BoundedApiClient(kubernetes.client.ApiClient):
-    """An API client whose every call gives up after `timeout` seconds (unless the call
-    sets its own): a connection that hangs must not hold a handler thread forever."""
-
-    def __init__(self, configuration: kubernetes.client.Configuration, timeout: float) -> None:
-        super().__init__(configuration)
-        self.timeout = timeout
-
-    def call_api(
-        self,
-        method: str,
-        url: str,
-        header_params: dict[str, str] | None = None,
-        body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
-    ) -> Any:
-        return super().call_api(
-            method, url, header_params, body, post_params, _request_timeout or self.timeout
-        )
-
-
 @dataclass
 class Storage:
     api: kubernetes.client.ApiClient

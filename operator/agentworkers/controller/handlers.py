@@ -13,14 +13,14 @@ import kopf
 import kubernetes
 import urllib3
 
-from agentworkers import metrics
+from agentworkers import kube, metrics
 from agentworkers.api import GROUP, VERSION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.tls import CertificateWatch
 from agentworkers.pods import WORKER_LABEL
-from agentworkers.storage import BoundedApiClient, Storage
+from agentworkers.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +52,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         settings.admission.server = options.webhook_server()
         settings.admission.managed = options.webhook_name
         memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()
-    config = kubernetes.client.Configuration()
-    if options.kubeconfig:
-        kubernetes.config.load_kube_config(
-            config_file=options.kubeconfig, client_configuration=config
-        )
-    else:
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=config)
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=config)
-    # One pooled connection per handler thread, so busy handlers do not reconnect.
-    config.connection_pool_maxsize = max(config.connection_pool_maxsize, options.workers)
-    memo.api = BoundedApiClient(config, timeout=options.request_timeout)
+    memo.api = kube.connect(
+        options.kubeconfig, timeout=options.request_timeout, threads=options.workers
+    ).api
     memo.storage = Storage(memo.api)
     memo.requeue = Requeue(lambda key: _reconcile_worker(memo.storage, memo.requeue, *key))
 

@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import kubernetes
+import urllib3
 
+from agentworkers import kube
 from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import ApiError, Client
@@ -178,12 +180,7 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
 
 
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
-    if kubeconfig or os.environ.get("KUBECONFIG"):
-        api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
-    else:
-        in_cluster = kubernetes.client.Configuration()
-        kubernetes.config.load_incluster_config(client_configuration=in_cluster)
-        api = kubernetes.client.ApiClient(in_cluster)
+    api = kube.connect(kubeconfig).api
     storage = Storage(api)
     body = storage.get("workers", namespace, name)
     if body is None:
@@ -277,6 +274,8 @@ def _serve(
                 field_selector=f"metadata.name={name}",
                 resource_version=version,
                 timeout_seconds=WATCH_SECONDS,
+                # The server ends the watch; this only catches a connection gone silent.
+                _request_timeout=WATCH_SECONDS + 30,
             ):
                 body = event["object"]
                 version = body["metadata"]["resourceVersion"]
@@ -297,6 +296,9 @@ def _serve(
             else:
                 log.warning("watching the Worker failed (%s); watching again", e.reason)
                 time.sleep(1)
+        except urllib3.exceptions.HTTPError as e:
+            log.warning("the API server went away (%s); watching again", e)
+            time.sleep(1)
         finally:
             watch.stop()
     return 0 if loop.status == DONE else 1
