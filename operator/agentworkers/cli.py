@@ -92,7 +92,10 @@ def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=[],
         help="watch this namespace (repeatable; globs such as team-* work); default: all",
     )
-    op.add_argument("--kubeconfig", help="kubeconfig file; default: in-cluster, then KUBECONFIG")
+    op.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config",
+    )
     op.add_argument("--no-webhook", action="store_true", help="run without the admission webhook")
     op.add_argument("--webhook-port", type=int, default=9443)
     op.add_argument(

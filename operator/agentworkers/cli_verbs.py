@@ -562,7 +562,7 @@ def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         dest="g_kubeconfig",
         metavar="FILE",
         default=default(None),
-        help="kubeconfig file (default: KUBECONFIG, ~/.kube/config, in-cluster)",
+        help="kubeconfig file (default: KUBECONFIG, then in-cluster, then ~/.kube/config)",
     )
     group.add_argument(
         "-o",
