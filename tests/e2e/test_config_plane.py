@@ -8,10 +8,11 @@ from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
 from agentworkers.revisions import Standalone, digest, effective_map
-from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, wait_until
+from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -369,3 +370,21 @@ def test_an_unknown_field_is_refused_for_any_client_not_pruned(
     assert refused.value.status == 422
     assert "spec.overlay.capabilities: unknown field" in json.loads(refused.value.body)["message"]
     assert cluster.kubectl("get", "vap", "bad", "-n", namespace, check=False).returncode != 0
+
+
+def test_a_gitops_render_applied_as_is_cuts_one_revision(cluster: Cluster, namespace: str) -> None:
+    """examples/gitops keeps profiles before their config (kustomize's fifo order), so
+    applying what an overlay renders, as `kubectl apply` or Flux does, cuts one revision
+    that has every profile; not a first one without them."""
+    rendered = cluster.kubectl("kustomize", str(REPO / "examples/gitops/overlays/staging")).stdout
+    objects = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] != "Namespace"]
+    assert [o["kind"] for o in objects][-1] == "AgentConfig"
+    for obj in objects:
+        obj["metadata"]["namespace"] = namespace
+    cluster.apply(namespace, *objects)
+    first = wait_for_revision(cluster, namespace, 1)
+    standalone = [o for o in objects if o["kind"] == "VirtualAgentProfile"]
+    assert first["digest"] == expected_digest(objects[-1], standalone)
+    status = cluster.kubectl_json("get", "agentconfig", "planner", "-n", namespace)["status"]
+    assert status["profiles"] >= len(standalone) == 3
+    assert [r["spec"]["revision"] for r in revisions(cluster, namespace)] == [1]
