@@ -102,7 +102,8 @@ def _apply_crds(cluster: Cluster) -> None:
 
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A namespace of the test's own, deleted (and waited for) afterwards."""
+    """A namespace of the test's own, deleted afterwards (the namespace controller empties
+    it in the background; nothing waits for that)."""
     stem = request.node.name.lower().replace("_", "-")[:40].strip("-")
     name = f"{SESSION}-{stem}"[:56].rstrip("-") + f"-{uuid.uuid4().hex[:6]}"
     core = kubernetes.client.CoreV1Api(cluster.api)
