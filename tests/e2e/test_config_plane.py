@@ -196,6 +196,20 @@ def test_kubectl_apply_refuses_a_bad_profile_naming_the_field(
     assert cluster.kubectl("get", "vap", "bad", "-n", namespace, check=False).returncode != 0
 
 
+def test_a_profile_cannot_move_to_another_agent(cluster: Cluster, namespace: str) -> None:
+    """Moving it would leave it in the first agent's map; delete and create instead."""
+    cluster.apply(namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    moved = copy.deepcopy(PROFILES[0])
+    moved["spec"]["agent"] = "other"
+    refused = cluster.apply(namespace, moved, check=False)
+    assert refused.returncode != 0
+    assert "spec.agent is immutable" in refused.stderr, refused.stderr
+    name = PROFILES[0]["metadata"]["name"]
+    kept = cluster.kubectl_json("get", "vap", name, "-n", namespace)
+    assert kept["spec"]["agent"] == "planner"
+
+
 def test_the_profile_cap_is_enforced_across_both_doors(cluster: Cluster, namespace: str) -> None:
     config = copy.deepcopy(CONFIG)
     config["spec"]["virtualAgents"]["maxProfiles"] = 3

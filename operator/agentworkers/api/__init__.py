@@ -115,6 +115,14 @@ VIRTUAL_AGENT_PROFILE = Resource(
         column("Hash", ".status.hash", priority=1),
         AGE,
     ),
+    root_rules=(
+        # A profile moved to another agent would linger in the first agent's map.
+        {
+            "rule": "self.spec.agent == oldSelf.spec.agent",
+            "message": "spec.agent is immutable: delete the profile and create it for the "
+            "other agent",
+        },
+    ),
 )
 
 

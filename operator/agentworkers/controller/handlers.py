@@ -7,17 +7,16 @@ Handlers are synchronous: kopf runs them in its thread pool, where the blocking
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import kopf
-import kubernetes
-import urllib3
 
 from agentworkers import kube, metrics
 from agentworkers.api import GROUP, VERSION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.options import Options
-from agentworkers.controller.requeue import Requeue
+from agentworkers.controller.requeue import API_TROUBLE, Requeue, trouble
 from agentworkers.controller.tls import CertificateWatch
 from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
@@ -27,8 +26,6 @@ log = logging.getLogger(__name__)
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
 WORKERS = (GROUP, VERSION, "workers")
-# What a reconcile may meet on its way to the API server; all of it is worth a retry.
-API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
 
 
 @kopf.on.startup()
@@ -56,12 +53,17 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api
     memo.storage = Storage(memo.api)
-    memo.requeue = Requeue(lambda key: _reconcile_worker(memo.storage, memo.requeue, *key))
+    memo.workers = Requeue("Worker", "worker", partial(workers.reconcile, memo.storage))
+    # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
+    memo.profile_agents = Requeue(
+        "AgentConfig", "profile", partial(configs.reconcile, memo.storage)
+    )
 
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
-    memo.requeue.stop()
+    memo.workers.stop()
+    memo.profile_agents.stop()
     if "certificate_watch" in memo:
         memo.certificate_watch.stop()
     memo.api.close()
@@ -71,7 +73,11 @@ def close(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.create(*AGENT_CONFIGS)
 @kopf.on.update(*AGENT_CONFIGS, field="spec")
 def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile(memo.storage, namespace, name, "agentconfig")
+    try:
+        configs.reconcile(memo.storage, namespace, name)
+    except API_TROUBLE as e:
+        metrics.HANDLER_ERRORS.labels(handler="agentconfig").inc()
+        raise kopf.TemporaryError(f"{trouble(e)}; retrying", delay=5) from e
 
 
 @kopf.on.event(*PROFILES)
@@ -81,21 +87,7 @@ def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     agent = (body.get("spec") or {}).get("agent")
     if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
         return
-    _reconcile(memo.storage, body["metadata"]["namespace"], agent, "profile")
-
-
-def _reconcile(storage: Storage, namespace: str, name: str, handler: str) -> None:
-    try:
-        configs.reconcile(storage, namespace, name)
-    except API_TROUBLE as e:
-        metrics.HANDLER_ERRORS.labels(handler=handler).inc()
-        raise kopf.TemporaryError(f"{_trouble(e)}; retrying", delay=5) from e
-
-
-def _trouble(e: Exception) -> str:
-    if isinstance(e, kubernetes.client.ApiException):
-        return f"API error {e.status} {e.reason}"
-    return f"API unreachable ({e})"
+    memo.profile_agents.attempt(body["metadata"]["namespace"], agent)
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),
@@ -107,32 +99,13 @@ def _trouble(e: Exception) -> str:
 def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
     if type == "DELETED":
-        memo.requeue.forget((meta["namespace"], meta["name"]))
+        memo.workers.forget((meta["namespace"], meta["name"]))
         workers.deleted(memo.storage, dict(body))
         return
-    _reconcile_worker(memo.storage, memo.requeue, meta["namespace"], meta["name"])
+    memo.workers.attempt(meta["namespace"], meta["name"])
 
 
 @kopf.on.event("", "v1", "pods", labels={WORKER_LABEL: kopf.PRESENT})
 def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
-    _reconcile_worker(memo.storage, memo.requeue, meta["namespace"], meta["labels"][WORKER_LABEL])
-
-
-def _reconcile_worker(storage: Storage, requeue: Requeue, namespace: str, name: str) -> None:
-    try:
-        workers.reconcile(storage, namespace, name)
-    except kopf.TemporaryError as e:
-        requeue.after((namespace, name), e.delay or 5)
-    except API_TROUBLE as e:
-        metrics.HANDLER_ERRORS.labels(handler="worker").inc()
-        log.warning(
-            "worker %s/%s: %s; retrying",
-            namespace,
-            name,
-            _trouble(e),
-            extra={"k8s_ref": {"kind": "Worker", "name": name, "namespace": namespace}},
-        )
-        requeue.after((namespace, name), requeue.backoff((namespace, name)))
-    else:
-        requeue.forget((namespace, name))
+    memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])

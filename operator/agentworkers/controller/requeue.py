@@ -1,32 +1,78 @@
 """Retry a reconcile later: the watch-driven handlers' answer to a transient failure.
 
-One pending retry per key; the delay backs off (1 s to 1 min) while failures repeat
-and resets once a pass succeeds.
+kopf retries its create/update/resume handlers, but not `on.event` ones, which drive
+Workers and profile changes. A `Requeue` runs one pass, and on trouble on the way to the
+API server runs it again later: one pending retry per object, the delay backing off
+(1 s to 1 min) while failures repeat and reset once a pass succeeds.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
+
+import kopf
+import kubernetes
+import urllib3
+
+from agentworkers import metrics
+
+log = logging.getLogger(__name__)
 
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# What a reconcile may meet on its way to the API server; all of it is worth a retry.
+API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+def trouble(e: Exception) -> str:
+    if isinstance(e, kubernetes.client.ApiException):
+        return f"API error {e.status} {e.reason}"
+    return f"API unreachable ({e})"
 
 
 class Requeue:
-    def __init__(self, run: Callable[[tuple[str, str]], None]) -> None:
-        self._run = run
-        self._timers: dict[Hashable, threading.Timer] = {}
-        self._failures: dict[Hashable, int] = {}
+    """Passes of `reconcile(namespace, name)` for one kind, retried on trouble."""
+
+    def __init__(self, kind: str, handler: str, reconcile: Callable[[str, str], None]) -> None:
+        self.kind = kind
+        self._handler = handler  # the metric's label
+        self._reconcile = reconcile
+        self._timers: dict[Key, threading.Timer] = {}
+        self._failures: dict[Key, int] = {}
         self._lock = threading.Lock()
         self._stopped = False
 
-    def backoff(self, key: tuple[str, str]) -> float:
+    def attempt(self, namespace: str, name: str) -> None:
+        """One pass now; another later if this one meets API trouble or a TemporaryError."""
+        key = (namespace, name)
+        try:
+            self._reconcile(namespace, name)
+        except kopf.TemporaryError as e:
+            self.after(key, e.delay or 5)
+        except API_TROUBLE as e:
+            metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
+            log.warning(
+                "%s %s/%s: %s; retrying",
+                self.kind,
+                namespace,
+                name,
+                trouble(e),
+                extra={"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}},
+            )
+            self.after(key, self._backoff(key))
+        else:
+            self.forget(key)
+
+    def _backoff(self, key: Key) -> float:
         with self._lock:
             count = self._failures.get(key, 0)
             self._failures[key] = count + 1
         return BACKOFF[min(count, len(BACKOFF) - 1)]
 
-    def after(self, key: tuple[str, str], delay: float) -> None:
+    def after(self, key: Key, delay: float) -> None:
         with self._lock:
             if self._stopped or key in self._timers:
                 return
@@ -35,12 +81,12 @@ class Requeue:
             self._timers[key] = timer
         timer.start()
 
-    def _fire(self, key: tuple[str, str]) -> None:
+    def _fire(self, key: Key) -> None:
         with self._lock:
             self._timers.pop(key, None)
-        self._run(key)
+        self.attempt(*key)
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def forget(self, key: Key) -> None:
         with self._lock:
             self._failures.pop(key, None)
 
