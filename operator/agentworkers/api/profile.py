@@ -49,7 +49,8 @@ class VirtualAgentProfileSpec(ProfileEntry):
         description=(
             "Name of the AgentConfig (the top-level agent) in this namespace that owns the "
             "profile. A profile of the same key in that AgentConfig's virtualAgents section "
-            "wins over this one."
+            "wins over this one. Immutable: to give the profile to another agent, delete it "
+            "and create it again."
         ),
         min_length=1,
     )
