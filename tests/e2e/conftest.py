@@ -27,6 +27,7 @@ from tests.e2e.support import (
     REPO,
     Cluster,
     Operator,
+    install_crds,
     log_excerpt,
     pod_runner,
     wait_until,
@@ -35,7 +36,6 @@ from tests.e2e.support import (
 # Namespaces of this session share a prefix: its operator watches only those, so two
 # test sessions against one cluster (a developer's and a helper's) keep out of each other's way.
 SESSION = f"t{uuid.uuid4().hex[:4]}"
-CRDS = REPO / "crds"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -81,23 +81,13 @@ def cluster() -> Iterator[Cluster]:
         kubeconfig, bin_dir = Path(info["kubeconfig"]), Path(info["binDir"])
     api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
     cluster = Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, api=api)
-    _apply_crds(cluster)
+    install_crds(cluster)
     try:
         yield cluster
     finally:
         api.close()
         if started and not os.environ.get("AGENTWORKERS_KEEP_CLUSTER"):
             _localcluster("down")
-
-
-def _apply_crds(cluster: Cluster) -> None:
-    files = sorted(CRDS.glob("*.yaml"))
-    if not files:
-        return
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", *(f"-f={f}" for f in files))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *(f"-f={f}" for f in files)
-    )
 
 
 @pytest.fixture

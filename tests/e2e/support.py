@@ -228,6 +228,13 @@ class Operator:
                 self.process.wait()
 
 
+def install_crds(cluster: Cluster) -> None:
+    """The checked-in CRDs, applied and established (a no-op when they already are)."""
+    files = [f"-f={f}" for f in sorted((REPO / "crds").glob("*.yaml"))]
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", *files)
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
+
+
 def log_excerpt(log: Path, namespace: str | None, lines: int = 40) -> str:
     """The last `lines` lines of an operator's JSON log that concern `namespace` or are
     warnings and errors: what a failed test's report needs, without the other tests' noise."""
