@@ -14,8 +14,8 @@ from agentworkers.api import GROUP, VERSION
 from tests.e2e.support import Cluster, Operator, wait_until
 
 # Bounds on the namespace burst: a few hundred namespaces, a few seconds.
-BURST_SECONDS = 1.5
-BURST_MAX = 400
+BURST_SECONDS = 1.0
+BURST_MAX = 250
 
 
 def test_namespaces_created_while_the_operator_starts_are_served(
