@@ -6,7 +6,6 @@ Handlers are synchronous: kopf runs them in its thread pool, where the blocking
 
 from __future__ import annotations
 
-import logging
 from functools import partial
 from typing import Any
 
@@ -20,8 +19,6 @@ from agentworkers.controller.requeue import API_TROUBLE, Requeue, trouble
 from agentworkers.controller.tls import CertificateWatch
 from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
-
-log = logging.getLogger(__name__)
 
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
