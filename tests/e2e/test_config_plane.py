@@ -12,6 +12,7 @@ import yaml
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
 from agentworkers.revisions import Standalone, digest, effective_map
+from agentworkers.virtualagent import Overlay
 from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -242,18 +243,7 @@ def test_kubectl_shows_useful_columns_and_explains_the_overlay(
     assert configs[1].split()[:6] == ["planner", "demo-large", "1", "3", "True", "RevisionActive"]
 
     explained = cluster.kubectl("explain", "virtualagentprofile.spec.overlay").stdout
-    for name in (
-        "model",
-        "temperature",
-        "maxTokens",
-        "reasoningEffort",
-        "skills",
-        "disabledTools",
-        "pausedServers",
-        "maxSteps",
-        "tokenBudget",
-        "instructions",
-    ):
+    for name in (field.alias or key for key, field in Overlay.model_fields.items()):
         assert f"  {name}\t" in explained or f"  {name} " in explained, name
     assert (
         "intersection"
