@@ -33,7 +33,6 @@ class ApiClient(kubernetes.client.ApiClient):
     def __init__(
         self, configuration: kubernetes.client.Configuration, timeout: float = REQUEST_TIMEOUT
     ) -> None:
-        configuration.client_go_retries = True
         super().__init__(configuration)
         self.timeout = timeout
 
@@ -65,6 +64,7 @@ def connect(
     a pooled connection for each of `threads` callers."""
     configuration = kubernetes.client.Configuration()
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, threads)
+    configuration.client_go_retries = True  # the client's own Retry-After handling for reads
     path = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if not path and os.environ.get("KUBERNETES_SERVICE_HOST"):

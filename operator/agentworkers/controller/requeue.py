@@ -51,7 +51,7 @@ class Requeue:
         try:
             self._reconcile(namespace, name)
         except kopf.TemporaryError as e:
-            self.after(key, e.delay or 5)
+            self._after(key, e.delay or 5)
         except API_TROUBLE as e:
             metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
             log.warning(
@@ -62,7 +62,7 @@ class Requeue:
                 trouble(e),
                 extra={"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}},
             )
-            self.after(key, self._backoff(key))
+            self._after(key, self._backoff(key))
         else:
             self.forget(key)
 
@@ -72,7 +72,7 @@ class Requeue:
             self._failures[key] = count + 1
         return BACKOFF[min(count, len(BACKOFF) - 1)]
 
-    def after(self, key: Key, delay: float) -> None:
+    def _after(self, key: Key, delay: float) -> None:
         with self._lock:
             if self._stopped or key in self._timers:
                 return
