@@ -454,6 +454,7 @@ def explanation_text(found: Explanation) -> str:
             ("Worker", found.worker),
             ("Agent", found.agent),
             ("Profile", found.profile),
+            ("Inherits", found.inherits),
             ("Config", found.config),
         ]
     )

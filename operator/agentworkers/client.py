@@ -62,6 +62,7 @@ from agentworkers.api.worker import (
     WorkerEvent,
 )
 from agentworkers.effective import AGENT, PROFILE, EffectiveConfig, resolve
+from agentworkers.pods import EFFECTIVE_CONFIG_ENV
 from agentworkers.revisions import revision_name
 from agentworkers.spawning import BINDING_ANNOTATION, decode_binding
 from agentworkers.storage import AGENT_LABEL
@@ -225,7 +226,7 @@ class EventRecord:
 class ExplainedField:
     field: str
     value: Any
-    layer: str  # agent, worker, profile or clamp
+    layer: str  # agent, worker, profile, clamp or inherited
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,8 @@ class Explanation:
     profile: str | None
     config: str  # where the agent layer was read, e.g. AgentConfigRevision/planner-r1
     fields: tuple[ExplainedField, ...]
+    # For a run below a virtual-profile run: whose bounds it inherits.
+    inherits: str | None = None
 
 
 @dataclass(frozen=True)
@@ -697,16 +700,27 @@ class Client:
                 yield from cursor.advance(body)
 
     def explain(self, name: str) -> Explanation:
-        """The worker's effective config, and which layer (agent, worker, profile, clamp)
-        set each field.
+        """The worker's effective config, and which layer (agent, worker, profile, clamp,
+        inherited) set each field.
 
-        The agent layer is the revision the run pinned (a profiled child's binding) or
-        froze (a started top-level run), else the live AgentConfig. A profiled child's
-        profile is the sealed snapshot in its binding annotation.
+        Once the run has its pod, this is what the operator decided and the pod runs
+        with. Before, it is worked out the same way: the agent layer is the revision the
+        run pinned (a profiled child's binding) or froze, else the live AgentConfig; a
+        profiled child's profile is the sealed snapshot in its binding annotation.
         """
         body = self._get(name)
         info = WorkerInfo.from_body(body)
         spec = info.spec
+        inherited = info.status.inherited
+        inherits = (
+            f"profile {inherited.profile!r} of worker {inherited.worker}" if inherited else None
+        )
+        decided = self._pod_config(info.status.pod) if info.status.pod else None
+        if decided is not None:
+            where = f"Pod/{info.status.pod} (as the operator started the run)"
+            return Explanation(
+                name, spec.agent, spec.profile, where, explain_fields(decided), inherits
+            )
         profile: Profile | None = None
         pinned: str | None = None
         if spec.profile:
@@ -732,7 +746,22 @@ class Client:
             ]
             profile = found[0] if found else None
         effective = resolve(config, spec, profile)
-        return Explanation(name, spec.agent, spec.profile, where, explain_fields(effective))
+        return Explanation(
+            name, spec.agent, spec.profile, where, explain_fields(effective), inherits
+        )
+
+    def _pod_config(self, pod: str) -> EffectiveConfig | None:
+        """The effective config the operator gave the run's pod; None if it cannot be read."""
+        core = kubernetes.client.CoreV1Api(self.api)
+        try:
+            found = self._call(core.read_namespaced_pod, pod, self.namespace)
+        except ClientError:
+            return None  # gone, or not readable with these credentials
+        for container in found.spec.containers:  # type: ignore[attr-defined]
+            for env in container.env or ():
+                if env.name == EFFECTIVE_CONFIG_ENV and env.value:
+                    return EffectiveConfig.model_validate_json(env.value)
+        return None
 
     def _config_at(
         self, agent: str, revision: str | None

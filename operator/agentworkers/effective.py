@@ -2,8 +2,10 @@
 
 Three layers, each only able to narrow the one before it (but for model choice):
 the AgentConfig, the Worker's own selections, and a virtual profile's overlay with
-the seed's set operations and clamps. `sources` names the layer behind each field,
-which is what `agentworkers explain` shows.
+the seed's set operations and clamps. A run below a virtual-profile run (its child,
+grandchild, ...) inherits that run's effective configuration as a ceiling: a fourth
+layer, `inherited`. `sources` names the layer behind each field, which is what
+`agentworkers explain` shows.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pydantic import Field, StrictStr
 
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.common import KubeModel
-from agentworkers.api.worker import WorkerSpec
+from agentworkers.api.worker import InheritedBounds, WorkerSpec
 from agentworkers.virtualagent import (
     MAX_MAX_STEPS,
     Profile,
@@ -26,7 +28,7 @@ from agentworkers.virtualagent import (
     union_strings,
 )
 
-AGENT, WORKER, PROFILE, CLAMP = "agent", "worker", "profile", "clamp"
+AGENT, WORKER, PROFILE, CLAMP, INHERITED = "agent", "worker", "profile", "clamp", "inherited"
 
 
 class Block(KubeModel):
@@ -56,6 +58,7 @@ class EffectiveConfig(KubeModel):
     blocks: tuple[Block, ...] = ()
     secrets: tuple[StrictStr, ...] = ()
     profile: StrictStr | None = None
+    inherited: InheritedBounds | None = None
     output_schema: dict[str, Any] | None = None
     script: list[dict[str, Any]] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
@@ -180,3 +183,51 @@ def _limit_source(parent: int | None, overlay: int | None, result: int | None) -
     if overlay is None or overlay <= 0:
         return AGENT
     return CLAMP if result != overlay else PROFILE
+
+
+# What a descendant of a profile run takes from that run as it is: the model and how it
+# is sampled (a choice, not an amount, so the profile's choice holds below it).
+_INHERITED_CHOICES = (
+    "provider",
+    "model",
+    "base_url",
+    "api_key_secret",
+    "temperature",
+    "reasoning_effort",
+)
+
+
+def inherit(
+    own: EffectiveConfig, ceiling: EffectiveConfig, via: InheritedBounds
+) -> EffectiveConfig:
+    """`own`, never more than `ceiling` (the effective config of the profile run `via`).
+
+    Sets keep only what the ceiling has (exclusions add up), limits take the tighter
+    value, the model choices are the ceiling's. Every field the ceiling changed is
+    sourced `inherited`.
+    """
+
+    def tighter(mine: int | None, theirs: int | None, unset: int | None) -> int | None:
+        values = [v for v in (mine, theirs) if v is not None and v != unset]
+        return min(values) if values else mine
+
+    def kept(mine: tuple[str, ...], theirs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(item for item in mine if item in set(theirs))
+
+    changes: dict[str, object] = {name: getattr(ceiling, name) for name in _INHERITED_CHOICES}
+    changes.update(
+        skills=kept(own.skills, ceiling.skills),
+        tools=kept(own.tools, ceiling.tools),
+        mcp_servers=kept(own.mcp_servers, ceiling.mcp_servers),
+        secrets=kept(own.secrets, ceiling.secrets),
+        disabled_tools=tuple(sorted({*own.disabled_tools, *ceiling.disabled_tools})),
+        paused_servers=tuple(sorted({*own.paused_servers, *ceiling.paused_servers})),
+        max_tokens=tighter(own.max_tokens, ceiling.max_tokens, None),
+        max_steps=tighter(own.max_steps, ceiling.max_steps, None),
+        token_budget=tighter(own.token_budget, ceiling.token_budget, 0) or 0,
+    )
+    sources = dict(own.sources)
+    for name, value in changes.items():
+        if value != getattr(own, name):
+            sources[name] = INHERITED
+    return own.model_copy(update={**changes, "inherited": via, "sources": sources})

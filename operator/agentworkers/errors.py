@@ -14,6 +14,38 @@ class InvalidSpecError(VirtualAgentError):
     reason = "InvalidSpec"
 
 
+class UnknownWorkerError(VirtualAgentError):
+    reason = "UnknownWorker"
+
+
+class WorkerFinishedError(VirtualAgentError):
+    reason = "WorkerFinished"
+
+
+class NotYourChildError(VirtualAgentError):
+    reason = "NotYourChild"
+
+
+class SecretNotAllowedError(VirtualAgentError):
+    reason = "SecretNotAllowed"
+
+
+class TooManyProfilesError(VirtualAgentError):
+    """A standalone profile that came after the agent's map was full."""
+
+    reason = "TooManyProfiles"
+
+
+class DuplicateKeyError(VirtualAgentError):
+    """A standalone profile whose key an older standalone profile already declares."""
+
+    reason = "DuplicateKey"
+
+
+class ForeignRevisionError(VirtualAgentError):
+    reason = "RevisionWriteRefused"
+
+
 def _segment(part: str | int) -> str:
     return f"[{part}]" if isinstance(part, int) else f".{to_camel(part) if '_' in part else part}"
 

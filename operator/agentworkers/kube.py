@@ -78,3 +78,14 @@ def connect(
     except (kubernetes.config.ConfigException, OSError) as e:
         raise ConfigError(f"no usable kubeconfig or service account: {e}") from e
     return Connection(ApiClient(configuration, timeout), namespace)
+
+
+def whoami(api: kubernetes.client.ApiClient) -> str:
+    """The username the API server knows this client by (a SelfSubjectReview)."""
+    review = kubernetes.client.AuthenticationV1Api(api).create_self_subject_review(
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    )
+    user = review.status.user_info if review.status else None
+    if user is None or not user.username:
+        raise ConfigError("the API server did not say who this client is (SelfSubjectReview)")
+    return str(user.username)

@@ -18,6 +18,8 @@ AGENT_LABEL = "agentworkers.io/agent"
 SANDBOX = "/sandbox"
 SECRETS_DIR = "/var/run/agentworkers/secrets"
 RUNTIME_UID = 65532
+# The pod's copy of what the operator decided the run may do (read by the runtime and explain).
+EFFECTIVE_CONFIG_ENV = "AGENTWORKERS_EFFECTIVE_CONFIG"
 
 
 def pod_name(worker: str) -> str:
@@ -56,7 +58,7 @@ def build_pod(
             {"name": "AGENTWORKERS_NAMESPACE", "value": meta["namespace"]},
             {"name": "AGENTWORKERS_SANDBOX", "value": SANDBOX},
             {
-                "name": "AGENTWORKERS_EFFECTIVE_CONFIG",
+                "name": EFFECTIVE_CONFIG_ENV,
                 "value": effective.model_dump_json(by_alias=True),
             },
             {"name": "HOME", "value": SANDBOX},

@@ -5,6 +5,11 @@ AgentConfig's `virtualAgents` section. The effective map puts the section over t
 standalone profiles (same key: the section's wins), normalises and validates it with
 the map rules, and freezes it into an AgentConfigRevision with a digest. The same
 content never cuts a new revision; new content gets the next revision id.
+
+Standalone profiles are separate objects that admission checks one at a time, so a
+burst of them can pass it together. Conflicts among them resolve as the Gateway API's
+do: the oldest (by creation, then name) wins; a later one whose key is taken, or that
+comes after the map is full, is left out and told why, and the agent keeps going.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from agentworkers.api import (
 )
 from agentworkers.api.profile import VirtualAgentProfileSpec
 from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.errors import DuplicateKeyError, TooManyProfilesError
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     FrozenMap,
@@ -61,6 +67,12 @@ class Standalone:
 
     name: str
     spec: VirtualAgentProfileSpec
+    # metadata.creationTimestamp (RFC 3339, so it sorts); "" for one not created yet.
+    created: str = ""
+
+    def order(self) -> tuple[str, str]:
+        """Oldest first; one not created yet comes last."""
+        return (self.created or "~", self.name)
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,8 @@ class EffectiveMap:
     sources: dict[str, str]
     # Standalone profiles a section profile of the same key overrides.
     overridden: tuple[str, ...] = field(default=())
+    # Standalone profiles left out, by name: why (a TooManyProfiles or DuplicateKey error).
+    excluded: dict[str, VirtualAgentError] = field(default_factory=dict)
 
     def frozen(self) -> FrozenProfileMap:
         return FrozenProfileMap(
@@ -123,18 +137,28 @@ def effective_map(
         chosen[profile.key] = profile
         sources[profile.key] = SECTION_SOURCE
 
-    for item in sorted(standalone, key=lambda s: s.name):
-        profile = canonical(item.spec.profile(), f"{standalone_source(item.name)}: spec")
+    cap = max_profiles if max_profiles > 0 else DEFAULT_MAX_PROFILES
+    excluded: dict[str, VirtualAgentError] = {}
+    for item in sorted(standalone, key=Standalone.order):
+        where = f"{standalone_source(item.name)}: spec"
+        profile = canonical(item.spec.profile(), where)
         if profile.key in section_keys:
             overridden.append(item.name)
-            continue
-        if profile.key in chosen:
-            raise InvalidMapError(
-                f"{standalone_source(item.name)}: spec.key",
-                f"duplicate key {profile.key!r}: {sources[profile.key]} declares it too",
+        elif profile.key in chosen:
+            excluded[item.name] = DuplicateKeyError(
+                f"{where}.key",
+                f"key {profile.key!r} is already declared by {sources[profile.key]}, "
+                "which is older",
             )
-        chosen[profile.key] = profile
-        sources[profile.key] = standalone_source(item.name)
+        elif len(chosen) >= cap:
+            excluded[item.name] = TooManyProfilesError(
+                where,
+                f"agent {agent!r} already has its maximum of {cap} profiles "
+                "(spec.virtualAgents.maxProfiles); older profiles come first",
+            )
+        else:
+            chosen[profile.key] = profile
+            sources[profile.key] = standalone_source(item.name)
 
     profile_map = ProfileMap(
         owner=agent,
@@ -145,7 +169,7 @@ def effective_map(
         validate_map(profile_map)
     except VirtualAgentError as error:
         raise InvalidMapError(kube_path(error.field, "spec.virtualAgents"), error.rule) from error
-    return EffectiveMap(profile_map, sources, tuple(overridden))
+    return EffectiveMap(profile_map, sources, tuple(overridden), excluded)
 
 
 def digest(spec: AgentConfigSpec, profile_map: FrozenProfileMap) -> str:

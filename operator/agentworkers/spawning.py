@@ -1,22 +1,26 @@
 """Spawn-time and run-start checks of a virtual-profile child. Pure: callers bring the objects.
 
 At spawn (admission, then the handler): the child's profile must come from its
-parent's frozen map, the parent must not itself be a profile run, and the agent's
-live revision must still be the one the parent froze. The accepted spawn gets a
-Binding. At run start, the binding is verified against the agent's current map: a
-restart reproduces the exact profile or does not run at all.
+parent's frozen map, the parent must not be a profile run nor run below one, and the
+agent's live revision must still be the one the parent froze. The accepted spawn gets
+a Binding. At run start, the binding is verified against the Worker's own spec and
+the agent's current map: a restart reproduces the exact profile or does not run at all.
+A run below a profile run (without a profile of its own) is bounded by that run's
+profile: `ancestor_profile` is what it inherits.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.agentconfig import RevisionRef
-from agentworkers.api.worker import WorkerSpec
+from agentworkers.api.worker import BindingSummary, InheritedBounds, WorkerSpec
 from agentworkers.revisions import frozen_map
 from agentworkers.virtualagent import (
     Binding,
@@ -26,7 +30,10 @@ from agentworkers.virtualagent import (
     ProfileRecursionError,
     TamperedBindingError,
     UnknownProfileError,
+    VirtualAgentError,
+    validate_binding,
 )
+from agentworkers.virtualagent.errors import nested
 
 BINDING_ANNOTATION = "agentworkers.io/binding"
 
@@ -38,7 +45,8 @@ class ParentRun:
     name: str
     agent: str
     frozen: RevisionRef | None
-    is_profile_run: bool
+    # The profile run this run is (itself) or runs below (an ancestor); None: neither.
+    bounded_by: InheritedBounds | None = None
 
 
 def check_spawn(
@@ -51,10 +59,15 @@ def check_spawn(
     key = child.profile or ""
     if parent is None:
         raise NoProfileMapError("spec.parent", f"parent worker {child.parent!r} does not exist")
-    if parent.is_profile_run:
+    if parent.bounded_by is not None:
+        where = (
+            "is itself a virtual-profile run"
+            if parent.bounded_by.worker == parent.name
+            else f"runs below the virtual-profile run {parent.bounded_by.worker} "
+            f"(profile {parent.bounded_by.profile!r})"
+        )
         raise ProfileRecursionError(
-            "spec.profile",
-            f"parent {parent.name} is itself a virtual-profile run; it cannot apply a profile",
+            "spec.profile", f"parent {parent.name} {where}; it cannot apply a profile"
         )
     if parent.agent != child.agent:
         raise NoProfileMapError(
@@ -86,6 +99,21 @@ def check_spawn(
     return binding
 
 
+def check_binding_write(
+    annotations: Mapping[str, str], old: Mapping[str, Any] | None, by_operator: bool
+) -> None:
+    """Admission's rule: nobody but the operator sets, changes or removes a binding."""
+    before = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    after = annotations.get(BINDING_ANNOTATION)
+    if by_operator or after == before.get(BINDING_ANNOTATION):
+        return
+    what = "set at creation" if old is None else "changed or removed"
+    raise TamperedBindingError(
+        f"metadata.annotations[{BINDING_ANNOTATION}]",
+        f"only the operator writes a Worker's binding; it cannot be {what} by another client",
+    )
+
+
 def encode_binding(binding: Binding) -> str:
     return json.dumps(
         binding.model_dump(by_alias=True, exclude_none=True, mode="json"), sort_keys=True
@@ -102,13 +130,102 @@ def decode_binding(text: str) -> Binding:
         ) from e
 
 
-def verify_run_start(annotation: str | None, current: AgentConfigRevisionSpec | None) -> Profile:
-    """The exact profile the run must use, checked against the agent's current map."""
+def summary(binding: Binding) -> BindingSummary:
+    """What the operator records in status when it binds: the key, hash and pin."""
+    return BindingSummary(
+        key=binding.key,
+        label=binding.label,
+        profile_hash=binding.profile_hash,
+        revision=binding.config_revision_id,
+        digest=binding.config_digest,
+    )
+
+
+def check_binding(
+    child: WorkerSpec,
+    annotation: str | None,
+    recorded: BindingSummary | None,
+    parent: ParentRun | None,
+) -> Binding | None:
+    """The binding a profiled Worker carries, if it is the one the operator wrote for it.
+
+    None: never bound (the operator binds it now). `recorded` is the summary the operator
+    put in status when it bound: a binding that is gone, or that differs from it, was
+    tampered with. Whatever the annotation says, it must bind the profile, agent and
+    parent revision the Worker's own spec names: a binding copied from another Worker
+    does not.
+    """
     if annotation is None:
-        raise TamperedBindingError(BINDING_ANNOTATION, "the binding annotation is gone")
+        if recorded is None:
+            return None
+        raise TamperedBindingError(
+            BINDING_ANNOTATION,
+            f"the binding annotation is gone (the operator bound profile {recorded.key!r} "
+            f"at revision {recorded.revision})",
+        )
     binding = decode_binding(annotation)
+    mismatches = [
+        (field, bound, wanted)
+        for field, bound, wanted in (
+            ("key", binding.key, child.profile),
+            ("agent", binding.agent_id, child.agent),
+            ("parent", binding.parent, child.agent),
+            ("revision", binding.config_revision_id, _frozen_id(parent)),
+        )
+        if wanted is not None and bound != wanted
+    ]
+    if mismatches:
+        field, bound, wanted = mismatches[0]
+        raise TamperedBindingError(
+            BINDING_ANNOTATION,
+            f"the binding's {field} is {bound!r}, but this Worker's is {wanted!r} "
+            "(a binding made for another Worker)",
+        )
+    if recorded is not None and summary(binding) != recorded:
+        raise TamperedBindingError(
+            BINDING_ANNOTATION,
+            f"the binding changed after the operator bound profile {recorded.key!r} "
+            f"(hash {recorded.profile_hash[:12]}, revision {recorded.revision})",
+        )
+    return binding
+
+
+def _frozen_id(parent: ParentRun | None) -> str | None:
+    """The revision a child's binding must pin: the one its parent froze (if known)."""
+    return str(parent.frozen.revision) if parent and parent.frozen else None
+
+
+def verify_run_start(
+    child: WorkerSpec,
+    annotation: str | None,
+    recorded: BindingSummary | None,
+    parent: ParentRun | None,
+    current: AgentConfigRevisionSpec | None,
+) -> tuple[Binding, Profile]:
+    """The binding and the exact profile the run must use: the binding is the Worker's
+    own (`check_binding`) and still pins the agent's current map."""
+    binding = check_binding(child, annotation, recorded, parent)
+    if binding is None:
+        raise TamperedBindingError(BINDING_ANNOTATION, "the Worker has no binding")
     if current is None:
         raise MissingProfileError(
             "spec.agent", f"agent {binding.agent_id!r} has no active revision"
         )
-    return frozen_map(current).verify_pin(binding)
+    return binding, frozen_map(current).verify_pin(binding)
+
+
+def ancestor_profile(
+    ancestor: WorkerSpec, annotation: str | None, recorded: BindingSummary | None
+) -> Profile | None:
+    """The profile a profile run's descendants are bounded by: the sealed snapshot of its
+    own binding, checked like a run start's. None: the ancestor is not bound yet."""
+    binding = check_binding(ancestor, annotation, recorded, None)
+    if binding is None:
+        return None
+    try:
+        validate_binding(binding)  # the sealed snapshot hashes to the pinned hash
+    except VirtualAgentError as error:
+        raise nested(error, BINDING_ANNOTATION, TamperedBindingError) from error
+    if binding.profile is None:
+        raise TamperedBindingError(BINDING_ANNOTATION, "the sealed profile snapshot is missing")
+    return binding.profile

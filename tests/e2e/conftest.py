@@ -119,11 +119,6 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "--log-format=json",
     ) as running:
         yield running
-    # kopf empties its webhook configurations on exit but leaves them behind.
-    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-        cluster.kubectl(
-            "delete", kind, f"agentworkers-{SESSION}.io", "--ignore-not-found", check=False
-        )
 
 
 @pytest.fixture

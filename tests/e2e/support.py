@@ -142,6 +142,16 @@ class Operator:
             yield running
         finally:
             running.stop()
+            # Its webhooks outlive a stop on purpose (writes fail closed while no operator
+            # answers); an operator that is gone for good takes them along.
+            if "--no-webhook" not in args:
+                cluster.kubectl(
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    running.webhook_name,
+                    "--ignore-not-found",
+                    check=False,
+                )
 
     @staticmethod
     def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

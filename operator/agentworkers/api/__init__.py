@@ -38,6 +38,13 @@ def condition_column(name: str, condition: str, what: str = "status") -> Mapping
 
 
 AGE = column("Age", ".metadata.creationTimestamp", "date")
+# Label values hold at most 63 characters; the names of agents and workers go into labels.
+MAX_LABEL_NAME = 63
+LABEL_SAFE_NAME: Mapping[str, str] = {
+    "rule": f"self.metadata.name.size() <= {MAX_LABEL_NAME}",
+    "message": f"metadata.name must be at most {MAX_LABEL_NAME} characters: it is used as a "
+    "label value",
+}
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ AGENT_CONFIG = Resource(
         condition_column("Reason", "Ready", "reason"),
         AGE,
     ),
+    root_rules=(LABEL_SAFE_NAME,),
 )
 
 AGENT_CONFIG_REVISION = Resource(
@@ -147,6 +155,7 @@ WORKER = Resource(
         column("Phase", ".status.phase"),
         column("Agent", ".spec.agent"),
         column("Profile", ".spec.profile"),
+        column("Inherits", ".status.inherited.profile"),
         column("Parent", ".spec.parent"),
         column("Last Event", ".status.lastEvent"),
         column("Pod", ".status.pod", priority=1),
@@ -154,6 +163,7 @@ WORKER = Resource(
         AGE,
     ),
     root_rules=(
+        LABEL_SAFE_NAME,
         {"rule": "self.spec.agent == oldSelf.spec.agent", "message": "spec.agent is immutable"},
         _fixed("parent"),
         _fixed("profile"),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
-from agentworkers.api.common import Condition, KubeModel, conditions_field
+from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
@@ -30,8 +30,9 @@ class ModelDefaults(KubeModel):
         "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
         min_length=1,
     )
-    model: StrictStr = Field(
-        description="Model name sent to the provider.", min_length=1, max_length=MAX_MODEL_LENGTH
+    model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] = Field(
+        description=f"Model name sent to the provider, at most {MAX_MODEL_LENGTH} bytes.",
+        min_length=1,
     )
     base_url: StrictStr | None = Field(
         default=None,
@@ -133,10 +134,9 @@ class AgentConfigSpec(KubeModel):
         default=(), description="MCP servers whose tools are offered to the model."
     )
     limits: Limits = Field(default_factory=Limits, description="Run limits.")
-    instructions: StrictStr = Field(
+    instructions: Annotated[StrictStr, MaxBytes(MAX_INSTRUCTIONS_BYTES)] = Field(
         default="",
-        description=f"System instructions, at most {MAX_INSTRUCTIONS_BYTES} bytes.",
-        max_length=MAX_INSTRUCTIONS_BYTES,
+        description=f"System instructions, at most {MAX_INSTRUCTIONS_BYTES} bytes of UTF-8.",
     )
     allowed_secrets: tuple[Name, ...] = Field(
         default=(),

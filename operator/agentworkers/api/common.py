@@ -2,16 +2,72 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StrictInt,
+    StrictStr,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
+
+from agentworkers.virtualagent.text import utf8_len
 
 GROUP = "agentworkers.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 # Conditions and Events carry messages a person reads; the API server caps them at 32 KiB.
 MAX_CONDITION_MESSAGE = 1024
+
+
+@dataclass(frozen=True)
+class MaxBytes:
+    """`Annotated[str, MaxBytes(n)]`: at most `n` bytes of UTF-8, the unit every length
+    bound of the API is stated in.
+
+    Counted in bytes where the model validates (admission, handlers, clients) and, for
+    requests no webhook sees, by a CEL rule in the CRD. OpenAPI's `maxLength` counts
+    characters, so the CRD also carries it as a looser bound (n bytes never hold more
+    than n characters) that lets the API server bound the rule's cost.
+    """
+
+    limit: int
+
+    def rule(self) -> dict[str, str]:
+        return {
+            "rule": f"bytes(self).size() <= {self.limit}",
+            "message": f"must be at most {self.limit} bytes of UTF-8",
+        }
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["maxLength"] = self.limit
+        json_schema["x-kubernetes-validations"] = [self.rule()]
+        return json_schema
+
+    def _check(self, value: str) -> str:
+        size = utf8_len(value)
+        if size > self.limit:
+            raise PydanticCustomError(
+                "max_bytes",
+                "must be at most {limit} bytes of UTF-8, not {size}",
+                {"limit": self.limit, "size": size},
+            )
+        return value
 
 
 class KubeModel(BaseModel):

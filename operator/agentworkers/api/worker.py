@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr, StringConstraints
+from pydantic import Field, StrictInt, StrictStr
 
 from agentworkers.api.agentconfig import RevisionRef
-from agentworkers.api.common import Condition, KubeModel, conditions_field
+from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
+from agentworkers.virtualagent import MAX_KEY_LENGTH, MAX_MODEL_LENGTH
 
 Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
@@ -17,16 +18,17 @@ SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
 COLLECTED_ANNOTATION = "agentworkers.io/collected"
 MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
-Message = Annotated[StrictStr, StringConstraints(max_length=MAX_MESSAGE_BYTES)]
+Message = Annotated[StrictStr, MaxBytes(MAX_MESSAGE_BYTES)]
+MAX_REASON_BYTES = 1024
 
 
 class Kill(KubeModel):
     """A request to stop the run. Once set it cannot be taken back."""
 
-    reason: StrictStr = Field(
-        description="Why the run is stopped; surfaces on collect and in the Killed Event.",
+    reason: Annotated[StrictStr, MaxBytes(MAX_REASON_BYTES)] = Field(
+        description="Why the run is stopped; surfaces on collect and in the Killed Event. "
+        f"At most {MAX_REASON_BYTES} bytes.",
         min_length=1,
-        max_length=1024,
     )
     by: StrictStr = Field(
         default="", description="Who asked (a user, a parent worker).", max_length=253
@@ -47,15 +49,16 @@ class WorkerSpec(KubeModel):
         description="static: the agent as configured; dynamic: built at run time from this spec.",
     )
     description: StrictStr = Field(default="", description="One line on what this worker is for.")
-    prompt: StrictStr = Field(
+    prompt: Message = Field(
         default="",
-        description="Extra system prompt for a dynamic worker.",
-        max_length=MAX_MESSAGE_BYTES,
+        description=f"Extra system prompt for a dynamic worker, at most {MAX_MESSAGE_BYTES} bytes.",
     )
     provider: StrictStr | None = Field(
         default=None, description="Driver override: openai or scripted."
     )
-    model: StrictStr | None = Field(default=None, description="Model override.", max_length=128)
+    model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] | None = Field(
+        default=None, description=f"Model override, at most {MAX_MODEL_LENGTH} bytes."
+    )
     skills: tuple[StrictStr, ...] | None = Field(
         default=None, description="Skills to keep, from the agent's; omit for all of them."
     )
@@ -79,22 +82,22 @@ class WorkerSpec(KubeModel):
         default=(),
         description="Secrets the run may read; each must also be allowed by the AgentConfig.",
     )
-    initial_message: StrictStr = Field(
+    initial_message: Message = Field(
         default="",
-        description="First message, delivered when the run starts.",
-        max_length=MAX_MESSAGE_BYTES,
+        description=f"First message, delivered when the run starts; at most {MAX_MESSAGE_BYTES} "
+        "bytes.",
     )
     parent: StrictStr | None = Field(
         default=None, description="The Worker that spawned this one (it owns this one)."
     )
-    profile: StrictStr | None = Field(
+    profile: Annotated[StrictStr, MaxBytes(MAX_KEY_LENGTH)] | None = Field(
         default=None,
         description="Key of a virtual-agent profile from the parent's frozen map; needs `parent`.",
-        max_length=128,
     )
     queries: tuple[Message, ...] = Field(
         default=(),
-        description="Messages delivered after the first, in order, once each. Append only.",
+        description="Messages delivered after the first, in order, once each, at most "
+        f"{MAX_MESSAGE_BYTES} bytes each. Append only.",
         max_length=MAX_QUERIES,
     )
     interactive: bool = Field(
@@ -123,6 +126,13 @@ class BindingSummary(KubeModel):
     profile_hash: StrictStr = Field(description="Pinned profile hash.")
     revision: StrictStr = Field(description="Pinned AgentConfig revision id.")
     digest: StrictStr = Field(description="Pinned AgentConfig revision digest.")
+
+
+class InheritedBounds(KubeModel):
+    """The virtual-agent profile an unprofiled descendant of a profile run is bounded by."""
+
+    worker: StrictStr = Field(description="The ancestor Worker that runs under the profile.")
+    profile: StrictStr = Field(description="That Worker's profile key.")
 
 
 class WorkerEvent(KubeModel):
@@ -162,6 +172,11 @@ class WorkerStatus(KubeModel):
         "come from that revision's map.",
     )
     binding: BindingSummary | None = Field(default=None, description="The pinned profile, if any.")
+    inherited: InheritedBounds | None = Field(
+        default=None,
+        description="For a descendant of a virtual-profile run: the profile whose bounds it "
+        "inherits (it never gets more than that run's effective configuration).",
+    )
     event_index: StrictInt | None = Field(default=None, description="Index of the last event.")
     queries_delivered: StrictInt | None = Field(
         default=None, description="How many of spec.queries the run has taken."

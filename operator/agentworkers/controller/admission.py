@@ -9,6 +9,7 @@ since admission can be off.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -19,10 +20,16 @@ from agentworkers.access import worker_of
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import workers
-from agentworkers.controller.workers import SecretNotAllowedError
-from agentworkers.errors import describe
+from agentworkers.errors import (
+    ForeignRevisionError,
+    NotYourChildError,
+    SecretNotAllowedError,
+    UnknownWorkerError,
+    WorkerFinishedError,
+    describe,
+)
 from agentworkers.revisions import Standalone, check_standalone, effective_map, standalone_source
-from agentworkers.spawning import check_spawn
+from agentworkers.spawning import check_binding_write, check_spawn
 from agentworkers.storage import Storage
 from agentworkers.virtualagent import VirtualAgentError
 
@@ -41,7 +48,8 @@ def _standalone(
         if name == skip or (item.get("spec") or {}).get("agent") != agent:
             continue
         try:
-            found.append(Standalone(name, VirtualAgentProfileSpec.model_validate(item["spec"])))
+            spec = VirtualAgentProfileSpec.model_validate(item["spec"])
+            found.append(Standalone(name, spec, item["metadata"].get("creationTimestamp", "")))
         except ValidationError:
             continue  # an invalid neighbour is its own problem, reported on it
     return found
@@ -60,7 +68,12 @@ def validate_agent_config(
 
 
 def validate_profile(
-    storage: Storage, spec: dict[str, Any], name: str, namespace: str, warnings: list[str]
+    storage: Storage,
+    spec: dict[str, Any],
+    name: str,
+    namespace: str,
+    warnings: list[str],
+    created: str = "",
 ) -> None:
     try:
         profile_spec = VirtualAgentProfileSpec.model_validate(spec)
@@ -74,8 +87,10 @@ def validate_profile(
         others = _standalone(storage, namespace, profile_spec.agent, skip=name)
         config_spec = AgentConfigSpec.model_validate(config.get("spec") or {})
         effective = effective_map(
-            profile_spec.agent, config_spec, [*others, Standalone(name, profile_spec)]
+            profile_spec.agent, config_spec, [*others, Standalone(name, profile_spec, created)]
         )
+        if name in effective.excluded:
+            raise effective.excluded[name]
     except ValidationError as e:
         raise _refuse(describe(e)) from e
     except VirtualAgentError as e:
@@ -89,17 +104,22 @@ def validate_profile(
 
 def validate_worker(
     storage: Storage,
-    spec: dict[str, Any],
+    body: Mapping[str, Any],
     old: dict[str, Any] | None,
-    namespace: str,
     warnings: list[str],
     username: str = "",
+    operator: str | None = None,
 ) -> None:
-    """A spawn is checked before it persists; a query to a finished run is refused."""
+    """A spawn is checked before it persists; a query to a finished run is refused; only
+    the operator (the identity `operator`) writes a binding."""
+    namespace = body["metadata"]["namespace"]
     try:
-        worker = WorkerSpec.model_validate(spec)
+        check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
+        worker = WorkerSpec.model_validate(body.get("spec") or {})
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
+    except VirtualAgentError as e:
+        raise _refuse_spawn(e) from e
     spawner = worker_of(username, namespace)
     if old is None and spawner is not None and worker.parent != spawner:
         # A runtime's credentials spawn only its own children.
@@ -135,7 +155,13 @@ def validate_worker(
     if not worker.profile:
         return
     parent_body = storage.get("workers", namespace, worker.parent or "")
-    parent, frozen_revision = workers.parent_run(storage, namespace, parent_body)
+    try:
+        parent, _ = workers.parent_run(storage, namespace, parent_body)
+    except VirtualAgentError as e:
+        raise _refuse_spawn(e) from e
+    frozen_revision = (
+        storage.revision_spec(namespace, parent.frozen.name) if parent and parent.frozen else None
+    )
     live = None
     if config_body is not None:
         live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
@@ -161,13 +187,13 @@ def _refuse_spawn(error: VirtualAgentError) -> kopf.AdmissionError:
     return kopf.AdmissionError(f"{error.reason}: {error}", code=422)
 
 
-class UnknownWorkerError(VirtualAgentError):
-    reason = "UnknownWorker"
-
-
-class WorkerFinishedError(VirtualAgentError):
-    reason = "WorkerFinished"
-
-
-class NotYourChildError(VirtualAgentError):
-    reason = "NotYourChild"
+def validate_revision(username: str, operator: str | None) -> None:
+    """Revisions are snapshots the operator cuts; no other client writes one."""
+    if username != operator:
+        raise _refuse(
+            ForeignRevisionError(
+                "AgentConfigRevision",
+                "revisions are written only by the operator (change the AgentConfig or a "
+                "VirtualAgentProfile instead)",
+            )
+        )

@@ -68,7 +68,10 @@ def read_inputs(storage: Storage, namespace: str, name: str) -> Inputs | None:
             profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])
         except ValidationError as e:
             raise describe(e, f"{standalone_source(item['metadata']['name'])}: spec") from e
-        profiles.append((item, Standalone(item["metadata"]["name"], profile_spec)))
+        meta = item["metadata"]
+        profiles.append(
+            (item, Standalone(meta["name"], profile_spec, meta.get("creationTimestamp", "")))
+        )
     return Inputs(body, spec, profiles)
 
 
@@ -155,6 +158,9 @@ def _accept(storage: Storage, inputs: Inputs, effective: EffectiveMap) -> None:
         name=plan.active.name, revision=plan.active.revision, digest=plan.active.digest
     )
     message = f"revision {active.revision} is active"
+    if effective.excluded:
+        left_out = ", ".join(f"{n} ({e.reason})" for n, e in sorted(effective.excluded.items()))
+        message += f"; left out of its map: {left_out}"
     conditions = set_condition(
         status.conditions, READY, "True", "RevisionActive", message, generation
     )
@@ -175,7 +181,12 @@ def _accept(storage: Storage, inputs: Inputs, effective: EffectiveMap) -> None:
     hashes = {p.key: p.hash() for p in effective.profile_map.profiles}
     for item, standalone in inputs.profiles:
         key = standalone.spec.key
-        if standalone.name in effective.overridden:
+        refusal = effective.excluded.get(standalone.name)
+        if refusal is not None:
+            _set_profile_status(
+                storage, item, "False", refusal.reason, str(refusal), None, None, warn=True
+            )
+        elif standalone.name in effective.overridden:
             _set_profile_status(
                 storage,
                 item,

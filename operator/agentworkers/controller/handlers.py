@@ -22,11 +22,14 @@ from agentworkers.storage import Storage
 
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
+REVISIONS = (GROUP, VERSION, "agentconfigrevisions")
 WORKERS = (GROUP, VERSION, "workers")
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+def configure(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
     options: Options = memo.options
     # Our own prefixes from the first release: changing them later re-handles every object.
     settings.persistence.finalizer = f"{GROUP}/finalizer"
@@ -49,6 +52,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.api = kube.connect(
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api
+    # Admission tells the operator's own writes (a binding, a revision) from anyone else's.
+    memo.identity = kube.whoami(memo.api)
+    logger.info("operating as %s", memo.identity)
     memo.storage = Storage(memo.api)
     memo.workers = Requeue("Worker", "worker", partial(workers.reconcile, memo.storage))
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.

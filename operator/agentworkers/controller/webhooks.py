@@ -1,4 +1,9 @@
-"""kopf registrations of the admission webhook; imported only when the webhook is on."""
+"""kopf registrations of the admission webhook; imported only when the webhook is on.
+
+Every webhook is persistent: a stopping operator leaves it in the configuration, so
+while no operator answers (a restart, a rollout) writes fail closed (failurePolicy
+Fail) instead of going through unchecked.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +12,46 @@ from typing import Any
 import kopf
 
 from agentworkers.controller import admission
-from agentworkers.controller.handlers import AGENT_CONFIGS, PROFILES, WORKERS
+from agentworkers.controller.handlers import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
+
+WRITES = ["CREATE", "UPDATE"]
 
 
-@kopf.on.validate(*AGENT_CONFIGS, id="agentconfig", operations=["CREATE", "UPDATE"])
+@kopf.on.validate(*AGENT_CONFIGS, id="agentconfig", operations=WRITES, persistent=True)
 def admit_agent_config(
     spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, **_: Any
 ) -> None:
     admission.validate_agent_config(memo.storage, dict(spec), name, namespace)
 
 
-@kopf.on.validate(*PROFILES, id="virtualagentprofile", operations=["CREATE", "UPDATE"])
+@kopf.on.validate(*PROFILES, id="virtualagentprofile", operations=WRITES, persistent=True)
 def admit_profile(
-    spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, warnings: list[str], **_: Any
-) -> None:
-    admission.validate_profile(memo.storage, dict(spec), name, namespace, warnings)
-
-
-@kopf.on.validate(*WORKERS, id="worker", operations=["CREATE", "UPDATE"])
-def admit_worker(
     spec: kopf.Spec,
-    old: dict[str, Any] | None,
+    meta: kopf.Meta,
+    name: str,
     namespace: str,
+    memo: kopf.Memo,
+    warnings: list[str],
+    **_: Any,
+) -> None:
+    created = meta.get("creationTimestamp") or ""
+    admission.validate_profile(memo.storage, dict(spec), name, namespace, warnings, created)
+
+
+@kopf.on.validate(*WORKERS, id="worker", operations=WRITES, persistent=True)
+def admit_worker(
+    body: kopf.Body,
+    old: dict[str, Any] | None,
     memo: kopf.Memo,
     warnings: list[str],
     userinfo: dict[str, Any],
     **_: Any,
 ) -> None:
     admission.validate_worker(
-        memo.storage, dict(spec), old, namespace, warnings, userinfo.get("username", "")
+        memo.storage, body, old, warnings, userinfo.get("username", ""), memo.identity
     )
+
+
+@kopf.on.validate(*REVISIONS, id="agentconfigrevision", operations=WRITES, persistent=True)
+def admit_revision(memo: kopf.Memo, userinfo: dict[str, Any], **_: Any) -> None:
+    admission.validate_revision(userinfo.get("username", ""), memo.identity)

@@ -20,29 +20,31 @@ from pydantic import ValidationError
 
 from agentworkers import metrics
 from agentworkers.access import access_objects, account_name, role_rules
-from agentworkers.api import AgentConfigRevisionSpec, AgentConfigSpec, AgentConfigStatus
+from agentworkers.api import AgentConfigSpec, AgentConfigStatus
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.worker import (
     COLLECTED_ANNOTATION,
     TERMINAL_PHASES,
-    BindingSummary,
+    InheritedBounds,
     WorkerSpec,
     WorkerStatus,
 )
 from agentworkers.conditions import Status, now, set_condition
-from agentworkers.effective import resolve
-from agentworkers.errors import describe
+from agentworkers.effective import EffectiveConfig, inherit, resolve
+from agentworkers.errors import SecretNotAllowedError, UnknownWorkerError, describe
 from agentworkers.pods import AGENT_LABEL, build_pod, pod_name
 from agentworkers.spawning import (
     BINDING_ANNOTATION,
     ParentRun,
+    ancestor_profile,
+    check_binding,
     check_spawn,
-    decode_binding,
     encode_binding,
+    summary,
     verify_run_start,
 )
 from agentworkers.storage import REVISION_LABEL, Conflict, Storage, ref
-from agentworkers.virtualagent import Binding, Profile, VirtualAgentError
+from agentworkers.virtualagent import Profile, VirtualAgentError
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +53,10 @@ STARTED = "Started"
 BOUND = "ProfileBound"
 KILLED = "Killed"
 FROZEN_ANNOTATION = "agentworkers.io/frozen-revision"
+# How far up a parent chain the operator looks for a profile run (a bound on the reads).
+MAX_ANCESTRY = 64
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
-
-
-class SecretNotAllowedError(VirtualAgentError):
-    reason = "SecretNotAllowed"
 
 
 class RunFailedError(VirtualAgentError):
@@ -187,9 +187,12 @@ def _step(storage: Storage, worker: Worker) -> None:
         raise RunFailedError(
             "UnknownWorker", f"parent worker {worker.spec.parent!r} does not exist"
         )
-    binding_text = worker.annotations.get(BINDING_ANNOTATION)
-    if worker.spec.profile and binding_text is None:
-        binding_text = _bind(storage, worker, parent_body, active)
+    parent, ancestor = parent_run(storage, worker.namespace, parent_body)
+    if worker.spec.profile and not worker.status.pod:
+        # Until the run starts, every pass checks the binding is the one written for it.
+        annotation = worker.annotations.get(BINDING_ANNOTATION)
+        if check_binding(worker.spec, annotation, worker.status.binding, parent) is None:
+            _bind(storage, worker, parent_body, parent, active)
     elif parent_body is not None:
         _adopt(storage, worker, parent_body, {}, {})
 
@@ -205,7 +208,7 @@ def _step(storage: Storage, worker: Worker) -> None:
     if pod is None and worker.status.pod:
         raise RunFailedError("PodLost", f"pod {worker.status.pod} was deleted before the run ended")
     if pod is None:
-        pod = _start(storage, worker, config, active, binding_text)
+        pod = _start(storage, worker, config, active, parent, ancestor)
     _follow(worker, pod)
 
 
@@ -216,48 +219,83 @@ def _wait(worker: Worker, reason: str, message: str) -> NoReturn:
 
 
 def _bind(
-    storage: Storage, worker: Worker, parent_body: dict[str, Any] | None, live: RevisionRef
-) -> str:
+    storage: Storage,
+    worker: Worker,
+    parent_body: dict[str, Any] | None,
+    parent: ParentRun | None,
+    live: RevisionRef,
+) -> None:
     """Check the spawn and write the binding annotation, once, before any pod exists."""
-    parent, frozen_revision = parent_run(storage, worker.namespace, parent_body)
+    frozen_revision = (
+        storage.revision_spec(worker.namespace, parent.frozen.name)
+        if parent and parent.frozen
+        else None
+    )
     try:
         binding = check_spawn(worker.spec, parent, frozen_revision, live)
     except VirtualAgentError as error:
         metrics.SPAWN_REFUSALS.labels(reason=error.reason, stage="handler").inc()
         raise
-    text = encode_binding(binding)
     revision = parent.frozen.name if parent and parent.frozen else ""
     _adopt(
         storage,
         worker,
         parent_body,
-        {BINDING_ANNOTATION: text},
+        {BINDING_ANNOTATION: encode_binding(binding)},
         {AGENT_LABEL: worker.spec.agent, REVISION_LABEL: revision},
     )
-    worker.update(binding=_summary(binding))
+    worker.update(binding=summary(binding))
     worker.condition(
         BOUND,
         "True",
         "Bound",
         f"profile {binding.key!r} pinned to revision {binding.config_revision_id}",
     )
-    return text
 
 
 def parent_run(
     storage: Storage, namespace: str, parent_body: dict[str, Any] | None
-) -> tuple[ParentRun | None, AgentConfigRevisionSpec | None]:
-    """What a spawn is checked against: the parent run, and the revision it froze."""
+) -> tuple[ParentRun | None, dict[str, Any] | None]:
+    """What a spawn is checked against: the parent run, and the profile run (the parent
+    itself or an ancestor) that bounds it, if any."""
     if parent_body is None:
         return None, None
+    ancestor = profile_ancestor(storage, namespace, parent_body)
+    bounded_by = (
+        InheritedBounds(worker=ancestor["metadata"]["name"], profile=ancestor["spec"]["profile"])
+        if ancestor is not None
+        else None
+    )
     parent = ParentRun(
         name=parent_body["metadata"]["name"],
         agent=(parent_body.get("spec") or {}).get("agent", ""),
         frozen=load(parent_body).status.frozen_revision,
-        is_profile_run=bool((parent_body.get("spec") or {}).get("profile")),
+        bounded_by=bounded_by,
     )
-    frozen = storage.revision_spec(namespace, parent.frozen.name) if parent.frozen else None
-    return parent, frozen
+    return parent, ancestor
+
+
+def profile_ancestor(
+    storage: Storage, namespace: str, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The nearest Worker from `body` up its parent chain that runs under a profile.
+
+    A missing link fails closed: what cannot be shown unbounded is not treated as such.
+    """
+    for _ in range(MAX_ANCESTRY):
+        spec = body.get("spec") or {}
+        if spec.get("profile"):
+            return body
+        if not spec.get("parent"):
+            return None
+        found = storage.get("workers", namespace, spec["parent"])
+        if found is None:
+            raise UnknownWorkerError(
+                "spec.parent",
+                f"worker {spec['parent']!r}, an ancestor of this run, does not exist",
+            )
+        body = found
+    raise UnknownWorkerError("spec.parent", f"the parent chain is longer than {MAX_ANCESTRY}")
 
 
 def _adopt(
@@ -282,7 +320,9 @@ def _adopt(
             raise
         # Someone wrote in between (perhaps a binding): read again rather than overwrite.
         raise kopf.TemporaryError("the Worker changed while binding; retrying", delay=1) from e
-    worker.body["metadata"]["resourceVersion"] = version
+    meta = worker.body["metadata"]
+    meta["resourceVersion"] = version
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     if parent_body is not None:
         _grant(storage, parent_body)
 
@@ -304,33 +344,30 @@ def _grant(storage: Storage, body: dict[str, Any]) -> None:
     storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
 
 
-def _summary(binding: Binding) -> BindingSummary:
-    return BindingSummary(
-        key=binding.key,
-        label=binding.label,
-        profile_hash=binding.profile_hash,
-        revision=binding.config_revision_id,
-        digest=binding.config_digest,
-    )
-
-
 def _start(
     storage: Storage,
     worker: Worker,
     config: AgentConfigSpec,
     active: RevisionRef,
-    binding_text: str | None,
+    parent: ParentRun | None,
+    ancestor: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """Run start: verify the pin against the current map, freeze, create the one pod."""
     profile: Profile | None = None
     if worker.spec.profile:
         current = storage.revision_spec(worker.namespace, active.name)
         try:
-            profile = verify_run_start(binding_text, current)
+            binding, profile = verify_run_start(
+                worker.spec,
+                worker.annotations.get(BINDING_ANNOTATION),
+                worker.status.binding,
+                parent,
+                current,
+            )
         except VirtualAgentError as error:
             metrics.PIN_FAILURES.labels(reason=error.reason).inc()
             raise
-        worker.update(binding=_summary(decode_binding(binding_text or "")))
+        worker.update(binding=summary(binding))
     refused = set(worker.spec.allowed_secrets) - set(config.allowed_secrets)
     if refused:
         raise SecretNotAllowedError(
@@ -338,6 +375,8 @@ def _start(
             f"AgentConfig {worker.spec.agent} does not allow {sorted(refused)}",
         )
     effective = resolve(config, worker.spec, profile)
+    if ancestor is not None and not worker.spec.profile:
+        effective = _bounded(worker, config, ancestor, effective)
     storage.ensure_access(access_objects(worker.body, worker.spec.agent))
     _grant(storage, worker.body)
     pod = build_pod(
@@ -357,6 +396,21 @@ def _start(
     )
     metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
     return created
+
+
+def _bounded(
+    worker: Worker, config: AgentConfigSpec, ancestor: dict[str, Any], own: EffectiveConfig
+) -> EffectiveConfig:
+    """A run below a profile run never gets more than that run's effective config."""
+    above = load(ancestor)
+    profile = ancestor_profile(
+        above.spec, above.annotations.get(BINDING_ANNOTATION), above.status.binding
+    )
+    if profile is None:
+        _wait(worker, "AncestorNotBound", f"worker {above.name} has no profile binding yet")
+    via = InheritedBounds(worker=above.name, profile=profile.key)
+    worker.update(inherited=via)
+    return inherit(own, resolve(config, above.spec, profile), via)
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:

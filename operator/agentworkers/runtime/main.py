@@ -30,12 +30,12 @@ import kubernetes
 import urllib3
 
 from agentworkers import kube
-from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec
+from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec, WorkerStatus
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import ApiError, Client
 from agentworkers.conditions import now
 from agentworkers.effective import EffectiveConfig
-from agentworkers.pods import SECRETS_DIR
+from agentworkers.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
 from agentworkers.runtime.events import EventBus, JsonLinesSink
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.models import client_for
@@ -172,11 +172,13 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
     spec = WorkerSpec.model_validate(body["spec"])
     if not spec.profile:
         return
+    status = WorkerStatus.model_validate(body.get("status") or {})
     namespace = body["metadata"]["namespace"]
     config = storage.get("agentconfigs", namespace, spec.agent) or {}
     active = AgentConfigStatus.model_validate(config.get("status") or {}).active_revision
     current = storage.revision_spec(namespace, active.name) if active else None
-    verify_run_start((body["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION), current)
+    annotation = (body["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION)
+    verify_run_start(spec, annotation, status.binding, None, current)
 
 
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
@@ -200,7 +202,7 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         reporter.close()
         sink.close()
         return 1
-    config = EffectiveConfig.model_validate_json(os.environ["AGENTWORKERS_EFFECTIVE_CONFIG"])
+    config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
     spec = WorkerSpec.model_validate(body["spec"])
     tools = [
         *Sandbox(sandbox).tools(),

@@ -76,7 +76,8 @@ def test_explain_is_a_header_and_a_field_table() -> None:
         (ExplainedField("model", "demo-small", "profile"), ExplainedField("skills", [], "agent")),
     )
     head, rows = explanation_text(found).split("\n\n")
-    assert head.splitlines()[2] == "Profile:  reviewer"
+    assert head.splitlines()[2] == "Profile:   reviewer"
+    assert head.splitlines()[3] == "Inherits:  <none>"
     assert [r.split() for r in rows.splitlines()] == [
         ["FIELD", "VALUE", "LAYER"],
         ["model", "demo-small", "profile"],

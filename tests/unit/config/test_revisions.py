@@ -27,9 +27,9 @@ def config(*profiles: dict, max_profiles: int = 0, **extra: object) -> AgentConf
     return AgentConfigSpec.model_validate(spec)
 
 
-def standalone(name: str, key: str, **spec: object) -> Standalone:
+def standalone(name: str, key: str, created: str = "", **spec: object) -> Standalone:
     return Standalone(
-        name, VirtualAgentProfileSpec.model_validate({"agent": "a", "key": key, **spec})
+        name, VirtualAgentProfileSpec.model_validate({"agent": "a", "key": key, **spec}), created
     )
 
 
@@ -59,22 +59,43 @@ def test_both_doors_hash_the_same() -> None:
     assert via_section.frozen().profiles[0].hash == via_standalone.frozen().profiles[0].hash
 
 
-def test_duplicate_keys_within_a_door_are_refused_with_the_path() -> None:
+def test_duplicate_keys_in_the_section_are_refused_with_the_path() -> None:
     with pytest.raises(
         InvalidMapError, match=r"spec\.virtualAgents\.profiles\[1\]\.key: duplicate key 'r'"
     ):
         effective_map("a", config({"key": "r"}, {"key": "r"}), [])
-    with pytest.raises(
-        InvalidMapError, match=r"VirtualAgentProfile/b: spec\.key: duplicate key 'r'"
-    ):
-        effective_map("a", config(), [standalone("a", "r"), standalone("b", "r")])
 
 
-def test_the_cap_counts_both_doors() -> None:
+def test_of_two_standalone_profiles_with_one_key_the_older_wins() -> None:
+    newer = standalone("a", "r", "2026-01-02T00:00:00Z", label="newer")
+    older = standalone("b", "r", "2026-01-01T00:00:00Z", label="older")
+    effective = effective_map("a", config(), [newer, older])
+    assert effective.profile_map.by_key()["r"].label == "older"
+    refusal = effective.excluded["a"]
+    assert refusal.reason == "DuplicateKey"
+    assert str(refusal).startswith("VirtualAgentProfile/a: spec.key: key 'r' is already")
+    # Created in the same second: the name decides, the same way every time.
+    tied = [standalone(n, "r", "2026-01-01T00:00:00Z") for n in ("y", "x")]
+    assert set(effective_map("a", config(), tied).excluded) == {"y"}
+
+
+def test_the_cap_counts_both_doors_and_the_oldest_profiles_fill_it() -> None:
     spec = config({"key": "one"}, max_profiles=2)
-    effective_map("a", spec, [standalone("s2", "two")])
+    assert not effective_map("a", spec, [standalone("s2", "two")]).excluded
+    burst = [standalone(f"s{i}", f"k{i}", f"2026-01-01T00:00:0{9 - i}Z") for i in range(3)] + [
+        standalone("new", "fresh")
+    ]  # not created yet: the newest of all
+    effective = effective_map("a", spec, burst)
+    assert [p.key for p in effective.profile_map.profiles] == ["k2", "one"]
+    assert {n: e.reason for n, e in effective.excluded.items()} == {
+        "s0": "TooManyProfiles",
+        "s1": "TooManyProfiles",
+        "new": "TooManyProfiles",
+    }
+    assert "maximum of 2 profiles" in str(effective.excluded["s0"])
+    # The section alone past the cap is one object's fault: refused, not left out.
     with pytest.raises(InvalidMapError, match=r"spec\.virtualAgents"):
-        effective_map("a", spec, [standalone("s2", "two"), standalone("s3", "three")])
+        effective_map("a", config({"key": "x"}, {"key": "y"}, max_profiles=1), [])
 
 
 def test_errors_name_the_field_as_written() -> None:
