@@ -46,6 +46,7 @@ from cryptography.x509.oid import NameOID
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
 STATE_DIR = Path(os.environ.get("AGENTWORKERS_CLUSTER_DIR", REPO / ".cluster"))
+OPERATOR_KUBECONFIG = "operator.kubeconfig"
 NODE_COUNT = int(os.environ.get("AGENTWORKERS_NODES", "2"))
 SERVICE_CIDR = "10.96.0.0/16"
 # kwok hands pods addresses from this range: loopback, so nothing ever leaves the host.
@@ -174,6 +175,8 @@ def make_pki(pki: Path) -> None:
     client_usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH
     issue("apiserver", _name("kube-apiserver"), server_usage, server_sans)
     issue("admin", _name("agentworkers-admin", "system:masters"), client_usage, [])
+    # The operator's own identity: admission tells its writes (a binding) from a user's.
+    issue("operator", _name("agentworkers-operator", "system:masters"), client_usage, [])
     issue("controller-manager", _name("system:kube-controller-manager"), client_usage, [])
     issue("scheduler", _name("system:kube-scheduler"), client_usage, [])
     # kwok plays every kubelet; it is bound to a narrow ClusterRole after start-up.
@@ -414,6 +417,7 @@ def up(args: argparse.Namespace) -> int:
     state.save()
     for user, file in (
         ("admin", "kubeconfig"),
+        ("operator", OPERATOR_KUBECONFIG),
         ("controller-manager", "controller-manager.kubeconfig"),
         ("scheduler", "scheduler.kubeconfig"),
         ("kwok", "kwok.kubeconfig"),
@@ -589,12 +593,12 @@ def up(args: argparse.Namespace) -> int:
 
 def _report(state: State, args: argparse.Namespace) -> None:
     kubeconfig = STATE_DIR / "kubeconfig"
+    operator = STATE_DIR / OPERATOR_KUBECONFIG
     if getattr(args, "json", False):
-        print(
-            json.dumps(
-                {"kubeconfig": str(kubeconfig), "binDir": state.bin_dir, "server": state.server}
-            )
-        )
+        info = {"kubeconfig": str(kubeconfig), "binDir": state.bin_dir, "server": state.server}
+        if operator.exists():  # a cluster started before it had one has none
+            info["operatorKubeconfig"] = str(operator)
+        print(json.dumps(info))
     else:
         print(kubeconfig)
 

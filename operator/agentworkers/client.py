@@ -715,12 +715,6 @@ class Client:
         inherits = (
             f"profile {inherited.profile!r} of worker {inherited.worker}" if inherited else None
         )
-        decided = self._pod_config(info.status.pod) if info.status.pod else None
-        if decided is not None:
-            where = f"Pod/{info.status.pod} (as the operator started the run)"
-            return Explanation(
-                name, spec.agent, spec.profile, where, explain_fields(decided), inherits
-            )
         profile: Profile | None = None
         pinned: str | None = None
         if spec.profile:
@@ -738,6 +732,12 @@ class Client:
             profile = binding.profile
         elif info.status.frozen_revision is not None:
             pinned = info.status.frozen_revision.name
+        decided = self._pod_config(info.status.pod) if info.status.pod else None
+        if decided is not None:
+            where = f"AgentConfigRevision/{pinned}" if pinned else f"AgentConfig/{spec.agent}"
+            return Explanation(
+                name, spec.agent, spec.profile, where, explain_fields(decided), inherits
+            )
         config, where, revision = self._config_at(spec.agent, pinned)
         if spec.profile and profile is None and revision is not None:
             # An older binding without the sealed snapshot: the pinned revision's map has it.

@@ -118,6 +118,10 @@ def crd(resource: Resource) -> JSON:
         },
         "required": ["spec"],
     }
+    if resource.max_name_length:
+        root["properties"]["metadata"]["properties"] = {
+            "name": {"type": "string", "maxLength": resource.max_name_length}
+        }
     subresources: JSON = {}
     if resource.status is not None:
         root["properties"]["status"] = openapi_schema(resource.status)

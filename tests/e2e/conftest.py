@@ -70,22 +70,20 @@ def _localcluster(*args: str) -> subprocess.CompletedProcess[str]:
 def cluster() -> Iterator[Cluster]:
     if os.environ.get("AGENTWORKERS_CLUSTER") == "existing":
         kubeconfig = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
-        bin_dir = None
+        api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        cluster = Cluster(kubeconfig=kubeconfig, bin_dir=None, api=api)
         started = False
     else:
         started = _localcluster("status").returncode != 0
         up = _localcluster("up", "--json")
         if up.returncode != 0:
             pytest.fail("the local control plane did not come up (its output is above)")
-        info = json.loads(up.stdout.strip().splitlines()[-1])
-        kubeconfig, bin_dir = Path(info["kubeconfig"]), Path(info["binDir"])
-    api = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
-    cluster = Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir, api=api)
+        cluster = Cluster.from_info(json.loads(up.stdout.strip().splitlines()[-1]))
     install_crds(cluster)
     try:
         yield cluster
     finally:
-        api.close()
+        cluster.api.close()
         if started and not os.environ.get("AGENTWORKERS_KEEP_CLUSTER"):
             _localcluster("down")
 

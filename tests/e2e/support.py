@@ -36,6 +36,30 @@ class Cluster:
     kubeconfig: Path
     bin_dir: Path | None
     api: kubernetes.client.ApiClient
+    # The operator's own identity (the local control plane issues one); None: kubeconfig's.
+    operator_kubeconfig: Path | None = None
+
+    @classmethod
+    def from_info(cls, info: dict[str, str]) -> Cluster:
+        """The cluster `hack/localcluster.py up --json` reports."""
+        api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
+        operator = info.get("operatorKubeconfig")
+        return cls(
+            Path(info["kubeconfig"]),
+            Path(info["binDir"]),
+            api,
+            Path(operator) if operator else None,
+        )
+
+    def as_operator(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl with the operator's own credentials: a write admission cannot tell from
+        the operator's (as when the webhook is off), for testing the handlers' checks."""
+        assert self.operator_kubeconfig, "this cluster has no separate operator identity"
+        return self.kubectl(
+            f"--kubeconfig={self.operator_kubeconfig}", *args, stdin=stdin, check=check
+        )
 
     @property
     def env(self) -> dict[str, str]:
@@ -123,7 +147,7 @@ class Operator:
             "-m",
             "agentworkers.cli",
             "operator",
-            f"--kubeconfig={cluster.kubeconfig}",
+            f"--kubeconfig={cluster.operator_kubeconfig or cluster.kubeconfig}",
             f"--webhook-port={free_port()}",
             f"--metrics-port={metrics_port}",
             f"--liveness=http://127.0.0.1:{free_port()}/healthz",
@@ -273,9 +297,7 @@ def local_cluster() -> Cluster:
         text=True,
         check=True,
     )
-    info = json.loads(up.stdout.strip().splitlines()[-1])
-    api = kubernetes.config.new_client_from_config(config_file=info["kubeconfig"])
-    return Cluster(Path(info["kubeconfig"]), Path(info["binDir"]), api)
+    return Cluster.from_info(json.loads(up.stdout.strip().splitlines()[-1]))
 
 
 @contextlib.contextmanager

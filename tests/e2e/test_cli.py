@@ -281,7 +281,7 @@ def test_explain_names_the_layer_behind_each_field(cluster: Cluster, namespace: 
     assert parent["model"] == ("demo-large", "agent") and parent["maxSteps"] == (50, "agent")
 
     table = cli(cluster, namespace, "explain", "child").stdout
-    assert "Profile:  reviewer\n" in table
+    assert "Profile:   reviewer\n" in table
     rows = {line.split()[0]: line.split()[1:] for line in table.split("\n\n", 1)[1].splitlines()}
     assert rows["FIELD"] == ["VALUE", "LAYER"]
     assert rows["model"] == ["demo-small", "profile"]

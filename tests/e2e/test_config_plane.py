@@ -179,7 +179,7 @@ BAD_PROFILES = {
     ),
     "duplicate key across standalone profiles": (
         _profile(key="researcher"),
-        "duplicate key 'researcher'",
+        "DuplicateKey: VirtualAgentProfile/bad: spec.key: key 'researcher' is already declared",
     ),
 }
 
@@ -218,8 +218,8 @@ def test_the_profile_cap_is_enforced_across_both_doors(cluster: Cluster, namespa
     wait_for_revision(cluster, namespace, 1)
     refused = cluster.apply(namespace, _profile(key="fourth"), check=False)
     assert refused.returncode != 0
-    assert "InvalidMap" in refused.stderr and "spec.virtualAgents" in refused.stderr
-    assert "3" in refused.stderr
+    assert "TooManyProfiles" in refused.stderr, refused.stderr
+    assert "maximum of 3 profiles (spec.virtualAgents.maxProfiles)" in refused.stderr
 
 
 def test_kubectl_shows_useful_columns_and_explains_the_overlay(

@@ -290,7 +290,8 @@ def test_a_run_start_fails_loud_when_the_pin_no_longer_holds(
     body = cluster.kubectl_json("get", "worker", "tampered", "-n", namespace)
     binding = json.loads(body["metadata"]["annotations"]["agentworkers.io/binding"])
     binding["label"] = "Something else"
-    cluster.kubectl(
+    # With the operator's credentials: admission refuses anyone else's (test_guarantees).
+    cluster.as_operator(
         "annotate",
         "worker",
         "tampered",

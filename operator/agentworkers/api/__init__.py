@@ -40,11 +40,6 @@ def condition_column(name: str, condition: str, what: str = "status") -> Mapping
 AGE = column("Age", ".metadata.creationTimestamp", "date")
 # Label values hold at most 63 characters; the names of agents and workers go into labels.
 MAX_LABEL_NAME = 63
-LABEL_SAFE_NAME: Mapping[str, str] = {
-    "rule": f"self.metadata.name.size() <= {MAX_LABEL_NAME}",
-    "message": f"metadata.name must be at most {MAX_LABEL_NAME} characters: it is used as a "
-    "label value",
-}
 
 
 @dataclass(frozen=True)
@@ -57,6 +52,8 @@ class Resource:
     short_names: tuple[str, ...]
     printer_columns: tuple[Mapping[str, object], ...]
     root_rules: tuple[Mapping[str, str], ...] = field(default=())
+    # A bound on metadata.name (the only metadata a CRD schema may restrict), if any.
+    max_name_length: int | None = None
     group: str = GROUP
     version: str = VERSION
     categories: tuple[str, ...] = (CATEGORY,)
@@ -82,7 +79,7 @@ AGENT_CONFIG = Resource(
         condition_column("Reason", "Ready", "reason"),
         AGE,
     ),
-    root_rules=(LABEL_SAFE_NAME,),
+    max_name_length=MAX_LABEL_NAME,
 )
 
 AGENT_CONFIG_REVISION = Resource(
@@ -155,15 +152,15 @@ WORKER = Resource(
         column("Phase", ".status.phase"),
         column("Agent", ".spec.agent"),
         column("Profile", ".spec.profile"),
-        column("Inherits", ".status.inherited.profile"),
         column("Parent", ".spec.parent"),
+        column("Inherits", ".status.inherited.profile"),
         column("Last Event", ".status.lastEvent"),
         column("Pod", ".status.pod", priority=1),
         column("Revision", ".status.binding.revision", priority=1),
         AGE,
     ),
+    max_name_length=MAX_LABEL_NAME,
     root_rules=(
-        LABEL_SAFE_NAME,
         {"rule": "self.spec.agent == oldSelf.spec.agent", "message": "spec.agent is immutable"},
         _fixed("parent"),
         _fixed("profile"),

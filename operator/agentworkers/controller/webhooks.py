@@ -28,13 +28,15 @@ def admit_agent_config(
 def admit_profile(
     spec: kopf.Spec,
     meta: kopf.Meta,
+    old: dict[str, Any] | None,
     name: str,
     namespace: str,
     memo: kopf.Memo,
     warnings: list[str],
     **_: Any,
 ) -> None:
-    created = meta.get("creationTimestamp") or ""
+    # A profile being created comes after every existing one, even within their second.
+    created = meta.get("creationTimestamp") or "" if old else ""
     admission.validate_profile(memo.storage, dict(spec), name, namespace, warnings, created)
 
 

@@ -370,6 +370,10 @@ def test_webhook_by_a_pinned_cluster_ip() -> None:
 def test_webhook_configuration_name_is_per_release() -> None:
     objects = render(release="other")
     assert "--webhook-name=other-agentworkers.agentworkers.io" in args_of(objects)
+    # The release owns it (uninstall removes it); the operator fills in its webhooks.
+    [config] = find(objects, "ValidatingWebhookConfiguration")
+    assert config["metadata"]["name"] == "other-agentworkers.agentworkers.io"
+    assert "webhooks" not in config
 
 
 def _hours(duration: str) -> float:
@@ -430,6 +434,7 @@ def test_minimal_has_no_webhook_and_no_metrics(rendered: dict[str, list[dict[str
     assert "--no-webhook" in args and "--metrics-port=0" in args
     assert not any(a.startswith("--webhook") for a in args)
     assert not find(objects, "Service")
+    assert not find(objects, "ValidatingWebhookConfiguration")
     cluster = rules_of(objects, FULLNAME)
     assert not any("admissionregistration.k8s.io" in r["apiGroups"] for r in cluster)
 
