@@ -380,6 +380,53 @@ def node_manifest(index: int) -> dict[str, object]:
     }
 
 
+def _kcm_limits() -> tuple[int, int] | None:
+    """AGENTWORKERS_KCM_QPS (and _BURST, default twice the QPS): the controller manager's
+    client limits; unset, its defaults (QPS 20, burst 30)."""
+    qps = os.environ.get("AGENTWORKERS_KCM_QPS")
+    if not qps:
+        return None
+    return int(qps), int(os.environ.get("AGENTWORKERS_KCM_BURST") or 2 * int(qps))
+
+
+def start_controller_manager(state: State, limits: tuple[int, int] | None) -> None:
+    pki = STATE_DIR / "pki"
+    kubeconfig = STATE_DIR / "controller-manager.kubeconfig"
+    args = [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={state.ports['controller-manager']}",
+        "--leader-elect=false",
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
+        # Fake nodes have no real network: nothing to allocate or route.
+        "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+        "--v=1",
+    ]
+    if limits:
+        args += [f"--kube-api-qps={limits[0]}", f"--kube-api-burst={limits[1]}"]
+    start(state, "kube-controller-manager", args)
+
+
+def controller_manager(args: argparse.Namespace) -> int:
+    """Restart the controller manager with other client limits (the benchmarks compare the
+    Job controller throttled and not)."""
+    state = State.load()
+    if not state:
+        raise SystemExit("not running: hack/localcluster.py up")
+    _stop({"kube-controller-manager": state.pids["kube-controller-manager"]})
+    limits = (args.qps, args.burst or 2 * args.qps) if args.qps else None
+    start_controller_manager(state, limits)
+    state.save()
+    log(f"kube-controller-manager restarted with limits {limits or 'default'}")
+    return 0
+
+
 def up(args: argparse.Namespace) -> int:
     existing = State.load()
     running = existing and all(alive(existing.pids.get(c, -1)) for c in COMPONENTS)
@@ -481,26 +528,7 @@ def up(args: argparse.Namespace) -> int:
     kubectl(state, "apply", "-f", "-", stdin=KWOK_RBAC)
     kubectl(state, "apply", "-f", str(Path(bin_dir) / "kwok-logs-crd.yaml"))
 
-    start(
-        state,
-        "kube-controller-manager",
-        [
-            f"--kubeconfig={STATE_DIR / 'controller-manager.kubeconfig'}",
-            f"--authentication-kubeconfig={STATE_DIR / 'controller-manager.kubeconfig'}",
-            f"--authorization-kubeconfig={STATE_DIR / 'controller-manager.kubeconfig'}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={p['controller-manager']}",
-            "--leader-elect=false",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={pki / 'sa.key'}",
-            f"--root-ca-file={pki / 'ca.crt'}",
-            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-            f"--cluster-signing-key-file={pki / 'ca.key'}",
-            # Fake nodes have no real network: nothing to allocate or route.
-            "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
-            "--v=1",
-        ],
-    )
+    start_controller_manager(state, _kcm_limits())
     start(
         state,
         "kube-scheduler",
@@ -659,6 +687,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         "status", help="show the processes and whether the API server is ready"
     ).set_defaults(func=status)
+    k = sub.add_parser(
+        "controller-manager", help="restart kube-controller-manager with other client limits"
+    )
+    k.add_argument("--qps", type=int, default=0, help="client QPS; 0 for the default (20)")
+    k.add_argument("--burst", type=int, default=0, help="client burst; default twice the QPS")
+    k.set_defaults(func=controller_manager)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -63,7 +63,9 @@ def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, A
     return rules
 
 
-def access_objects(worker_body: dict[str, Any], agent: str) -> list[dict[str, Any]]:
+def access_objects(
+    worker_body: dict[str, Any], agent: str, children: list[str]
+) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding of one worker's runtime, owned by the Worker."""
     meta = worker_body["metadata"]
     name = account_name(meta["name"])
@@ -93,7 +95,7 @@ def access_objects(worker_body: dict[str, Any], agent: str) -> list[dict[str, An
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": owned,
-            "rules": role_rules(meta["name"], agent, []),
+            "rules": role_rules(meta["name"], agent, children),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

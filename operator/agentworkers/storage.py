@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.conditions import now, truncate
+from agentworkers.kube.store import Store
 from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,8 @@ log = logging.getLogger(__name__)
 AGENT_LABEL = f"{GROUP}/agent"
 REVISION_LABEL = f"{GROUP}/revision"
 FIELD_MANAGER = "agentworkers-operator"
+MERGE = "application/merge-patch+json"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 Body = Mapping[str, Any]
 
@@ -42,37 +46,87 @@ def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
 
 @dataclass
 class Storage:
+    """The API, through raw JSON requests (no typed models to build and validate on the hot
+    path). With a `store`, reads come from the operator's watches and writes go through to
+    it; a miss is read from the API (the store may not have seen an object yet)."""
+
     api: kubernetes.client.ApiClient
+    store: Store | None = None
 
-    @property
-    def custom(self) -> kubernetes.client.CustomObjectsApi:
-        return kubernetes.client.CustomObjectsApi(self.api)
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.api.param_serialize(
+            method, path, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        response = self.api.call_api(*request).response
+        data = response.data
+        if response.status >= 400:
+            raise ApiException(status=response.status, reason=response.reason, body=data.decode())
+        return cast(dict[str, Any], json.loads(data)) if data else {}
 
-    # --- generic ---------------------------------------------------------
-
-    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def _fetch(self, path: str) -> dict[str, Any] | None:
         try:
-            found = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name
-            )
-            return cast(dict[str, Any], found)
+            return self._request("GET", path)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
 
+    def _remember(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.store is not None and body:
+            self.store.wrote(plural, body)
+        return body
+
+    # --- generic ---------------------------------------------------------
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.store is not None and (found := self.store.get(plural, namespace, name)):
+            return found
+        found = self._fetch(_custom(namespace, plural, name))
+        return self._remember(plural, found) if found else None
+
     def items(
         self, plural: str, namespace: str, selector: str | None = None
     ) -> Iterator[dict[str, Any]]:
+        query = [("labelSelector", selector)] if selector else None
         try:
-            found = self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, label_selector=selector or ""
-            )
+            found = self._request("GET", _custom(namespace, plural), query=query)
         except ApiException as e:
             if e.status == 404:  # the CRD is not installed (yet)
                 return iter(())
             raise
-        return iter(cast(dict[str, Any], found).get("items", []))
+        return iter(found.get("items", []))
+
+    def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]:
+        """The profiles, revisions or workers of `agent`, from the store's index once it has
+        one (the operator's handlers run only after their watches listed everything)."""
+        if self.store is not None:
+            return self.store.of_agent(plural, namespace, agent)
+        selector = f"{AGENT_LABEL}={agent}" if plural == "agentconfigrevisions" else None
+        return [
+            item
+            for item in self.items(plural, namespace, selector)
+            if (item.get("spec") or {}).get("agent") == agent
+        ]
+
+    def children(self, namespace: str, parent: str) -> list[str]:
+        if self.store is not None:
+            return self.store.children(namespace, parent)
+        return sorted(
+            w["metadata"]["name"]
+            for w in self.items("workers", namespace)
+            if (w.get("spec") or {}).get("parent") == parent
+        )
 
     def patch_status(
         self,
@@ -91,14 +145,14 @@ class Storage:
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
         try:
-            found = self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, plural, name, patch
+            found = self._request(
+                "PATCH", _custom(namespace, plural, name, "status"), patch, content_type=MERGE
             )
         except ApiException as e:
             if e.status != 404:
                 raise
             return None
-        return str(cast(dict[str, Any], found)["metadata"]["resourceVersion"])
+        return str(self._remember(plural, found)["metadata"]["resourceVersion"])
 
     # --- revisions -------------------------------------------------------
 
@@ -117,7 +171,7 @@ class Storage:
                     None,
                 ),
             )
-            for r in self.items("agentconfigrevisions", namespace, f"{AGENT_LABEL}={agent}")
+            for r in self.of_agent("agentconfigrevisions", namespace, agent)
         ]
 
     def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
@@ -135,8 +189,9 @@ class Storage:
             "spec": spec.wire(),
         }
         try:
-            self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, "agentconfigrevisions", body
+            self._remember(
+                "agentconfigrevisions",
+                self._request("POST", _custom(namespace, "agentconfigrevisions"), body),
             )
         except ApiException as e:
             if e.status != 409:
@@ -154,16 +209,18 @@ class Storage:
 
     def delete_revision(self, namespace: str, name: str) -> None:
         try:
-            self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, "agentconfigrevisions", name
-            )
+            self._request("DELETE", _custom(namespace, "agentconfigrevisions", name))
         except ApiException as e:
             if e.status != 404:
                 raise
+        if self.store is not None:
+            self.store.forget(
+                "agentconfigrevisions", {"metadata": {"namespace": namespace, "name": name}}
+            )
 
     def pinned_revisions(self, namespace: str, agent: str) -> set[str]:
         """Revisions a live Worker of the agent pins (they outlive the history limit)."""
-        return pinned_by(agent, self.items("workers", namespace))
+        return pinned_by(agent, self.of_agent("workers", namespace, agent))
 
     # --- events ----------------------------------------------------------
 
@@ -194,7 +251,7 @@ class Storage:
             "count": 1,
         }
         try:
-            kubernetes.client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], event)  # type: ignore[arg-type]
+            self._request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", event)
         except ApiException as e:
             log.warning(
                 "could not post the %s Event on %s/%s: %s",
@@ -205,10 +262,6 @@ class Storage:
             )
 
     # --- workers and their pods ------------------------------------------
-
-    @property
-    def core(self) -> kubernetes.client.CoreV1Api:
-        return kubernetes.client.CoreV1Api(self.api)
 
     def revision_spec(self, namespace: str, name: str) -> AgentConfigRevisionSpec | None:
         found = self.get("agentconfigrevisions", namespace, name)
@@ -236,30 +289,30 @@ class Storage:
                 "ownerReferences": owner_references,
             }
         }
-        found = self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, meta["namespace"], plural, meta["name"], patch
-        )
-        return str(cast(dict[str, Any], found)["metadata"]["resourceVersion"])
+        path = _custom(meta["namespace"], plural, meta["name"])
+        found = self._remember(plural, self._request("PATCH", path, patch, content_type=MERGE))
+        return str(found["metadata"]["resourceVersion"])
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            pod = self.core.read_namespaced_pod(name, namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return cast(dict[str, Any], self.api.sanitize_for_serialization(pod))  # type: ignore[no-untyped-call]
+    def get_pod(self, namespace: str, name: str, *, confirm: bool = False) -> dict[str, Any] | None:
+        """The pod, as the store has it; `confirm`: a pod the store lacks is looked for in
+        the API (before a decision that a missing pod would make final)."""
+        if self.store is not None:
+            found = self.store.get("pods", namespace, name)
+            if found is not None or not confirm:
+                return found
+        found = self._fetch(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        return self._remember("pods", found) if found else None
 
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
         """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
-            created = self.core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
-            return cast(dict[str, Any], self.api.sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
+            created = self._request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+            return self._remember("pods", created)
         except ApiException as e:
             if e.status != 409:
                 raise
-        existing = self.get_pod(namespace, name)
+        existing = self.get_pod(namespace, name, confirm=True)
         owners = [
             o.get("uid") for o in (existing or {}).get("metadata", {}).get("ownerReferences") or []
         ]
@@ -269,37 +322,50 @@ class Storage:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            self._request(
+                "DELETE",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                query=[("gracePeriodSeconds", "0")],
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
 
     # --- a worker runtime's own account ------------------------------------
 
-    @property
-    def rbac(self) -> kubernetes.client.RbacAuthorizationV1Api:
-        return kubernetes.client.RbacAuthorizationV1Api(self.api)
-
-    def ensure_access(self, objects: list[dict[str, Any]]) -> None:
-        """Create the runtime's ServiceAccount, Role and RoleBinding; existing ones are kept."""
-        create: dict[str, Callable[..., object]] = {
-            "ServiceAccount": self.core.create_namespaced_service_account,
-            "Role": self.rbac.create_namespaced_role,
-            "RoleBinding": self.rbac.create_namespaced_role_binding,
-        }
+    def ensure_access(self, objects: list[dict[str, Any]]) -> bool:
+        """Create the runtime's ServiceAccount, Role and RoleBinding; existing ones are kept.
+        Returns whether the Role was created (else it existed, with rules of its own)."""
+        created_role = False
         for obj in objects:
+            namespace = obj["metadata"]["namespace"]
+            path = {
+                "ServiceAccount": f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                "Role": f"{RBAC}/namespaces/{namespace}/roles",
+                "RoleBinding": f"{RBAC}/namespaces/{namespace}/rolebindings",
+            }[obj["kind"]]
             try:
-                create[obj["kind"]](obj["metadata"]["namespace"], obj)
+                self._request("POST", path, obj)
+                created_role = created_role or obj["kind"] == "Role"
             except ApiException as e:
                 if e.status != 409:
                     raise
+        return created_role
 
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
         """Replace a Role's rules; False when the Role does not exist (yet)."""
         try:
-            self.rbac.patch_namespaced_role(name, namespace, {"rules": rules})
+            self._request(
+                "PATCH", f"{RBAC}/namespaces/{namespace}/roles/{name}", {"rules": rules},
+                content_type=MERGE,
+            )  # fmt: skip
         except ApiException as e:
             if e.status == 404:
                 return False
             raise
         return True
+
+
+def _custom(namespace: str, plural: str, name: str = "", subresource: str = "") -> str:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
+    return "/".join(p for p in (path, name, subresource) if p)

@@ -216,7 +216,7 @@ def test_the_operator_grants_a_worker_only_its_own_worker(
         "kind": "Worker",
         "metadata": {"name": worker, "namespace": namespace, "uid": str(uuid.uuid4())},
     }
-    objects = access.access_objects(body, "planner")
+    objects = access.access_objects(body, "planner", [])
     for obj in objects:
         # No real Worker owns them here: the garbage collector would remove them at once.
         obj["metadata"].pop("ownerReferences", None)

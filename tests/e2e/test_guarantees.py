@@ -173,9 +173,9 @@ def test_a_run_below_a_profile_run_never_gets_more_than_it(
     assert effective["maxSteps"] == 20 and effective["temperature"] == 0.3
     assert effective["inherited"] == {"worker": "researcher", "profile": "researcher"}
 
-    table = cluster.kubectl("get", "workers", "helper", "-n", namespace).stdout.splitlines()
-    columns = table[0].split()
-    assert table[1].split()[columns.index("INHERITS")] == "researcher"
+    header, row = cluster.kubectl("get", "workers", "helper", "-n", namespace).stdout.splitlines()
+    at = header.index("INHERITS")
+    assert row[at:].split()[0] == "researcher", (header, row)
 
     explained = Client(cluster.api, namespace).explain("helper")
     assert explained.inherits == "profile 'researcher' of worker researcher"

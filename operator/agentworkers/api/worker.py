@@ -16,6 +16,8 @@ TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
 SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
 # Set by a client's collect before it deletes the Worker: that deletion is no kill.
 COLLECTED_ANNOTATION = "agentworkers.io/collected"
+# Status fields only a run's runtime writes (the operator neither reads nor keeps them).
+RUNTIME_STATUS: frozenset[str] = frozenset({"events", "output"})
 MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
 Message = Annotated[StrictStr, MaxBytes(MAX_MESSAGE_BYTES)]

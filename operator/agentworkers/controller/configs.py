@@ -59,10 +59,8 @@ def read_inputs(storage: Storage, namespace: str, name: str) -> Inputs | None:
     except ValidationError as e:
         raise describe(e) from e
     profiles = []
-    for item in storage.items("virtualagentprofiles", namespace):
-        if (item.get("spec") or {}).get("agent") != name or item["metadata"].get(
-            "deletionTimestamp"
-        ):
+    for item in storage.of_agent("virtualagentprofiles", namespace, name):
+        if item["metadata"].get("deletionTimestamp"):
             continue
         try:
             profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])

@@ -17,6 +17,7 @@ from agentworkers.controller import configs, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import API_TROUBLE, Requeue, trouble
 from agentworkers.controller.tls import CertificateWatch
+from agentworkers.kube.store import Store
 from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
 
@@ -55,7 +56,8 @@ def configure(
     # Admission tells the operator's own writes (a binding, a revision) from anyone else's.
     memo.identity = kube.whoami(memo.api)
     logger.info("operating as %s", memo.identity)
-    memo.storage = Storage(memo.api)
+    memo.store = Store()
+    memo.storage = Storage(memo.api, memo.store)
     memo.workers = Requeue("Worker", "worker", partial(workers.reconcile, memo.storage))
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
     memo.profile_agents = Requeue(
@@ -70,6 +72,35 @@ def close(memo: kopf.Memo, **_: Any) -> None:
     if "certificate_watch" in memo:
         memo.certificate_watch.stop()
     memo.api.close()
+
+
+# The store: kopf indexes every object before any handler runs (and holds handlers back
+# until every watched kind is listed), so feeding the store from index functions makes it
+# complete before the first reconcile reads it. They keep nothing in kopf's own index
+# (they return None); deletions reach the store through the event handlers below.
+
+
+def _indexer(plural: str) -> Any:
+    # async: a few microseconds of work, done on the event loop rather than a thread.
+    async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.store.wrote(plural, body)
+
+    index.__name__ = f"store_{plural}"
+    return index
+
+
+for _resource in (AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS):
+    kopf.index(*_resource, id=f"store_{_resource[2]}")(_indexer(_resource[2]))
+kopf.index("", "v1", "pods", labels={WORKER_LABEL: kopf.PRESENT}, id="store_pods")(_indexer("pods"))
+
+
+@kopf.on.event(*AGENT_CONFIGS)
+@kopf.on.event(*REVISIONS)
+def forget_deleted(
+    type: str | None, body: kopf.Body, resource: kopf.Resource, memo: kopf.Memo, **_: Any
+) -> None:
+    if type == "DELETED":
+        memo.store.forget(resource.plural, body)
 
 
 @kopf.on.resume(*AGENT_CONFIGS)
@@ -87,6 +118,8 @@ def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -
 def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """Any change to a profile (including its deletion) re-resolves its agent's map."""
     body = event.get("object") or {}
+    if event.get("type") == "DELETED":
+        memo.store.forget("virtualagentprofiles", body)
     agent = (body.get("spec") or {}).get("agent")
     if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
         return
@@ -102,6 +135,7 @@ def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
 def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
     if type == "DELETED":
+        memo.store.forget("workers", body)
         memo.workers.forget((meta["namespace"], meta["name"]))
         workers.deleted(memo.storage, dict(body))
         return
@@ -109,6 +143,8 @@ def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -
 
 
 @kopf.on.event("", "v1", "pods", labels={WORKER_LABEL: kopf.PRESENT})
-def pod_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
+    if type == "DELETED":
+        memo.store.forget("pods", body)
     memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])

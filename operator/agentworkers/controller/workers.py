@@ -24,6 +24,7 @@ from agentworkers.api import AgentConfigSpec, AgentConfigStatus
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.worker import (
     COLLECTED_ANNOTATION,
+    RUNTIME_STATUS,
     TERMINAL_PHASES,
     InheritedBounds,
     WorkerSpec,
@@ -154,12 +155,14 @@ def reconcile(storage: Storage, namespace: str, name: str) -> None:
 
 
 def _comparable(status: dict[str, Any]) -> dict[str, Any]:
-    """A status without what changes on every write (timestamps), for change detection."""
+    """A status without what changes on every write (timestamps) and without what only the
+    runtime writes (the store does not keep it), for change detection."""
     conditions = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"}
         for c in status.get("conditions", [])
     ]
-    return {**{k: v for k, v in status.items() if k != "updatedAt"}, "conditions": conditions}
+    kept = {k: v for k, v in status.items() if k != "updatedAt" and k not in RUNTIME_STATUS}
+    return {**kept, "conditions": conditions}
 
 
 def _step(storage: Storage, worker: Worker) -> None:
@@ -206,7 +209,11 @@ def _step(storage: Storage, worker: Worker) -> None:
 
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is None and worker.status.pod:
-        raise RunFailedError("PodLost", f"pod {worker.status.pod} was deleted before the run ended")
+        if storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True) is None:
+            raise RunFailedError(
+                "PodLost", f"pod {worker.status.pod} was deleted before the run ended"
+            )
+        pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is None:
         pod = _start(storage, worker, config, active, parent, ancestor)
     _follow(worker, pod)
@@ -327,20 +334,11 @@ def _adopt(
         _grant(storage, parent_body)
 
 
-def _children(storage: Storage, namespace: str, parent: str) -> list[str]:
-    return [
-        w["metadata"]["name"]
-        for w in storage.items("workers", namespace)
-        if (w.get("spec") or {}).get("parent") == parent
-    ]
-
-
 def _grant(storage: Storage, body: dict[str, Any]) -> None:
     """Keep a runtime's Role in step with its children (it may read, patch, delete them)."""
     meta = body["metadata"]
-    rules = role_rules(
-        meta["name"], body["spec"]["agent"], _children(storage, meta["namespace"], meta["name"])
-    )
+    children = storage.children(meta["namespace"], meta["name"])
+    rules = role_rules(meta["name"], body["spec"]["agent"], children)
     storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
 
 
@@ -377,8 +375,9 @@ def _start(
     effective = resolve(config, worker.spec, profile)
     if ancestor is not None and not worker.spec.profile:
         effective = _bounded(worker, config, ancestor, effective)
-    storage.ensure_access(access_objects(worker.body, worker.spec.agent))
-    _grant(storage, worker.body)
+    children = storage.children(worker.namespace, worker.name)
+    if not storage.ensure_access(access_objects(worker.body, worker.spec.agent, children)):
+        _grant(storage, worker.body)  # made by an earlier pass: its children may have changed
     pod = build_pod(
         worker.body, worker.spec, config, effective, service_account=account_name(worker.name)
     )

@@ -307,7 +307,7 @@ def test_the_worker_role_in_the_chart_is_what_the_operator_makes() -> None:
         "kind": "Worker",
         "metadata": {"name": "planner-1", "namespace": "team-a", "uid": "<the Worker's uid>"},
     }
-    made = access.access_objects(body, "planner")
+    made = access.access_objects(body, "planner", [])
     made[1]["rules"] = access.role_rules(
         "planner-1", "planner", ["planner-1-child-a", "planner-1-child-b"]
     )

@@ -16,6 +16,7 @@ import urllib3
 import yaml
 
 from agentworkers import kube
+from agentworkers.kube import connection as kube_connection
 from agentworkers.storage import Storage
 
 
@@ -83,7 +84,7 @@ def test_then_the_pods_service_account(no_sources: Path, monkeypatch: pytest.Mon
     incluster = kubernetes.config.incluster_config
     monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(account / "token"))
     monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
-    monkeypatch.setattr(kube, "SERVICE_ACCOUNT_NAMESPACE", account / "namespace")
+    monkeypatch.setattr(kube_connection, "SERVICE_ACCOUNT_NAMESPACE", account / "namespace")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     connection = kube.connect()

@@ -1,0 +1,492 @@
+#!/usr/bin/env python3
+"""Spawn throughput: Workers (this operator) side by side with Jobs (the Job controller).
+
+    python bench/bench_scale.py [--rates 10,25,50,100] [--seconds 10] [--burst 1000]
+
+On the local control plane, in one run: open-loop creation of Workers, and of Jobs
+(parallelism 1, a Pod Security "restricted" template) with kube-controller-manager at its
+default client limits and then unthrottled, at each rate for `--seconds`, then a burst of
+`--burst` Workers. For each it prints create -> pod seen p50/p90/p99 (from the moment the
+create was due, so a slow client counts), whether the rate was kept up (every pod within
+KEPT_UP seconds), API reads and writes per object by resource (the API server's own
+`apiserver_request_total`), CPU ms per object of the operator, the API server and the
+controller manager (/proc), admission webhook p99 (the API server's histogram) and the
+operator's resident memory. Bounded in count and time; loopback only; run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import kubernetes  # noqa: E402
+from tests.e2e.support import (  # noqa: E402
+    CONFIG,
+    Cluster,
+    Operator,
+    install_crds,
+    local_cluster,
+    wait_until,
+)
+
+KEPT_UP = 5.0  # seconds: a rate is kept up when every pod appears within this
+STATE = REPO / ".cluster" / "state.json"
+REQUESTS = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+ADMISSION = re.compile(
+    r"^apiserver_admission_webhook_admission_duration_seconds_bucket\{(?P<labels>[^}]*)\} "
+    r"(?P<value>\S+)$"
+)
+READS, WRITES = {"GET", "LIST"}, {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
+HEARTBEATS = {"leases", "endpoints", "endpointslices", "events"}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def worker(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": name},
+        "spec": {"agent": "planner", "initialMessage": "bench"},
+    }
+
+
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def job(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "ghcr.io/agentworkers/agentworkers:0.1.0",
+                            "command": ["agentworkers", "--help"],
+                            "securityContext": RESTRICTED,
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+# --- what the API server and the processes report -------------------------------------
+
+
+def metrics(cluster: Cluster) -> list[str]:
+    return cluster.kubectl("get", "--raw", "/metrics").stdout.splitlines()
+
+
+def _labels(text: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="([^"]*)"', text))
+
+
+def requests(lines: list[str]) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in lines:
+        if match := REQUESTS.match(line):
+            labels = _labels(match["labels"])
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            counts[(labels.get("verb", ""), resource)] += int(float(match["value"]))
+    return counts
+
+
+def admission_buckets(lines: list[str], webhook: str) -> dict[float, float]:
+    buckets: dict[float, float] = {}
+    for line in lines:
+        if (match := ADMISSION.match(line)) and webhook in match["labels"]:
+            le = _labels(match["labels"])["le"]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0) + float(match["value"])
+    return buckets
+
+
+def bucket_quantile(before: dict[float, float], after: dict[float, float], q: float) -> float:
+    """The q-quantile of a histogram's growth, interpolated within its bucket (as PromQL)."""
+    bounds = sorted(after)
+    counts = [after[b] - before.get(b, 0) for b in bounds]
+    total = counts[-1] if counts else 0
+    if not total:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, count in zip(bounds, counts, strict=True):
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(count - below, 1e-9)
+        lower, below = bound, count
+    return lower
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def control_plane() -> dict[str, int]:
+    pids = json.loads(STATE.read_text())["pids"]
+    return {
+        "apiserver": pids["kube-apiserver"],
+        "controller-manager": pids["kube-controller-manager"],
+    }
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def raw(
+    api: kubernetes.client.ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    timeout: float = 60,
+) -> Any:
+    """One request, its response left unread and undecoded (the bench's own CPU stays low)."""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    request = api.param_serialize(
+        method, path, query_params=query, header_params=headers, body=body,
+        auth_settings=["BearerToken"],
+    )  # fmt: skip
+    return api.call_api(*request, _request_timeout=timeout).response
+
+
+# --- the pods, as a watch sees them ----------------------------------------------------
+
+
+class PodWatch:
+    """First time each (namespace, owner) has a pod, from one raw watch of all pods."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, prefix: str) -> None:
+        self.api, self.prefix = api, prefix
+        self.seen: dict[tuple[str, str], float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            query = [("watch", "true"), ("timeoutSeconds", "60")]
+            if version:
+                query.append(("resourceVersion", version))
+            response = raw(self.api, "GET", "/api/v1/pods", query=query, timeout=90)
+            for line in response:
+                event = json.loads(line)
+                pod = event["object"]
+                meta = pod["metadata"]
+                version = meta.get("resourceVersion", version)
+                if event["type"] != "ADDED" or not meta["namespace"].startswith(self.prefix):
+                    continue
+                labels = meta.get("labels") or {}
+                owner = labels.get("agentworkers.io/worker") or labels.get("job-name")
+                if owner:
+                    self.seen.setdefault((meta["namespace"], owner), time.monotonic())
+
+
+# --- one phase: open-loop creation at a rate -------------------------------------------
+
+
+@dataclass
+class Phase:
+    label: str
+    count: int
+    latencies: list[float]
+    calls: list[float]
+    requests: Counter[tuple[str, str]]
+    cpu: dict[str, float]
+    admission_p99: float
+    missing: int
+    rss: float = float("nan")
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kept_up(self) -> bool:
+        return not self.missing and max(self.latencies, default=0) <= KEPT_UP
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Bench:
+    cluster: Cluster
+    watch: PodWatch
+    pids: dict[str, int]
+    prefix: str
+    webhook: str
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(48))
+    failures: list[str] = field(default_factory=list)
+
+    def namespace(self, label: str) -> str:
+        name = f"{self.prefix}-{label}"
+        self.cluster.kubectl("create", "namespace", name)
+        wait_until(
+            "the default service account",
+            lambda: (
+                self.cluster.kubectl(
+                    "get", "serviceaccount", "default", "-n", name, check=False
+                ).returncode
+                == 0
+            ),
+        )
+        return name
+
+    def run(
+        self, label: str, make: Callable[[str], dict[str, Any]], path: str, count: int, rate: float
+    ) -> Phase:
+        namespace = self.namespace(label)
+        if "worker" in label:
+            self.cluster.apply(namespace, CONFIG)
+            wait_until(
+                "revision 1",
+                lambda: (
+                    self.cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
+                    .get("status", {})
+                    .get("activeRevision")
+                ),
+            )
+        url = path.format(namespace=namespace)
+        due: dict[str, float] = {}
+        calls: list[float] = []
+        before_m, before_cpu = metrics(self.cluster), self._cpu()
+        start = time.monotonic()
+
+        def create(name: str) -> None:
+            began = time.monotonic()
+            response = raw(self.cluster.api, "POST", url, body=make(name))
+            if response.status >= 300:
+                self.failures.append(f"{name}: {response.status} {response.data[:200]!r}")
+            response.release_conn()
+            calls.append(time.monotonic() - began)
+
+        pending = []
+        for i in range(count):
+            name = f"o{i:05d}"
+            at = start + (i / rate if rate else 0)
+            if (wait := at - time.monotonic()) > 0:
+                time.sleep(wait)
+            due[name] = at
+            pending.append(self.pool.submit(create, name))
+        for future in pending:
+            future.result()  # every create answered before the phase is judged
+        deadline = time.monotonic() + KEPT_UP * 4 + count / 50
+
+        def done() -> bool:
+            return all((namespace, n) in self.watch.seen for n in due)
+
+        while time.monotonic() < deadline and not done():
+            time.sleep(0.2)
+        time.sleep(2)  # the status writes that follow a pod
+        after_m, after_cpu = metrics(self.cluster), self._cpu()
+        latencies = [
+            self.watch.seen[(namespace, n)] - at
+            for n, at in due.items()
+            if (namespace, n) in self.watch.seen
+        ]
+        grown = requests(after_m) - requests(before_m)
+        phase = Phase(
+            label=label,
+            count=count,
+            latencies=latencies,
+            calls=calls,
+            requests=grown,
+            cpu={k: after_cpu[k] - before_cpu[k] for k in after_cpu},
+            admission_p99=bucket_quantile(
+                admission_buckets(before_m, self.webhook),
+                admission_buckets(after_m, self.webhook),
+                0.99,
+            ),
+            missing=count - len(latencies),
+            rss=rss_mib(self.pids["operator"]),
+        )
+        if self.failures:
+            phase.notes.append(f"{len(self.failures)} creates refused, e.g. {self.failures[0]}")
+            self.failures.clear()
+        self.report(phase)
+        return phase
+
+    def _cpu(self) -> dict[str, float]:
+        # The controller manager is restarted between phases: its pid is read afresh.
+        pids = {**self.pids, **control_plane()}
+        return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+    def drop(self, label: str) -> None:
+        # Waited for (bounded), so its garbage collection does not load the next phase.
+        name = f"{self.prefix}-{label}"
+        self.cluster.kubectl("delete", "namespace", name, "--wait=false")
+        with contextlib.suppress(AssertionError):
+            wait_until(
+                f"namespace {name} to go",
+                lambda: self.cluster.kubectl("get", "namespace", name, check=False).returncode,
+                timeout=300,
+                interval=1,
+            )
+
+    def report(self, p: Phase) -> None:
+        n = p.count
+        lat = p.latencies
+        print(
+            f"\n== {p.label}: {n} objects; create->pod p50 {pct(lat, 0.5) * 1000:.0f} ms, "
+            f"p90 {pct(lat, 0.9) * 1000:.0f} ms, p99 {pct(lat, 0.99) * 1000:.0f} ms, "
+            f"max {max(lat, default=float('nan')) * 1000:.0f} ms; "
+            f"{'kept up' if p.kept_up else f'NOT kept up ({p.missing} without a pod)'}"
+        )
+        print(
+            f"   create call p99 {pct(p.calls, 0.99) * 1000:.0f} ms; "
+            f"admission webhook p99 {p.admission_p99 * 1000:.0f} ms; "
+            f"operator RSS {p.rss:.0f} MiB"
+        )
+        for note in p.notes:
+            print(f"   {note}")
+        print(
+            "   CPU ms per object: "
+            + ", ".join(f"{k} {v * 1000 / n:.1f}" for k, v in sorted(p.cpu.items()))
+        )
+        reads = {k: v for k, v in p.requests.items() if k[0] in READS}
+        writes = {k: v for k, v in p.requests.items() if k[0] in WRITES and k[1] not in HEARTBEATS}
+        for title, counts in (("reads", reads), ("writes", writes)):
+            total = sum(counts.values()) / n
+            top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+            detail = ", ".join(f"{verb} {res} {v / n:.2f}" for (verb, res), v in top)
+            print(f"   API {title} per object {total:.2f}: {detail}")
+
+
+@contextlib.contextmanager
+def controller_manager(qps: int) -> Iterator[None]:
+    subprocess.run(
+        [sys.executable, str(REPO / "hack" / "localcluster.py"), "controller-manager",
+         f"--qps={qps}"],
+        check=True,
+    )  # fmt: skip
+    time.sleep(5)  # its informers sync
+    yield
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="10,25,50,100")
+    parser.add_argument("--seconds", type=float, default=10, help="per rate")
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--no-jobs", action="store_true", help="Workers only")
+    parser.add_argument("--no-workers", action="store_true", help="Jobs only")
+    parser.add_argument("--max-objects", type=int, default=1000, help="per phase")
+    args = parser.parse_args()
+    rates = [float(r) for r in args.rates.split(",") if r]
+
+    cluster = local_cluster()
+    install_crds(cluster)
+    prefix = f"bench{uuid.uuid4().hex[:4]}"
+    webhook = f"agentworkers-{prefix}.io"
+    results: list[Phase] = []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Operator.start(
+            cluster, Path(tmp), f"--namespace={prefix}-*", f"--webhook-name={webhook}"
+        ) as operator,
+        PodWatch(cluster.api, prefix) as watch,
+    ):
+        bench = Bench(cluster, watch, {"operator": operator.process.pid}, prefix, webhook)
+        workers = "/apis/agentworkers.io/v1alpha1/namespaces/{namespace}/workers"
+        jobs = "/apis/batch/v1/namespaces/{namespace}/jobs"
+        plan: list[tuple[str, Callable[[str], dict[str, Any]], str, int]] = []
+        for kind, make, path, qps in (
+            ("worker", worker, workers, 0),
+            ("job-throttled", job, jobs, 0),
+            ("job-unthrottled", job, jobs, 5000),
+        ):
+            if (args.no_jobs and kind != "worker") or (args.no_workers and kind == "worker"):
+                continue
+            plan.append((kind, make, path, qps))
+        for kind, make, path, qps in plan:
+            with controller_manager(qps) if kind.startswith("job") else contextlib.nullcontext():
+                # Throttled, the Job controller keeps up with less than the lowest rate.
+                for rate in rates[:1] if kind == "job-throttled" else rates:
+                    count = min(int(rate * args.seconds), args.max_objects)
+                    label = f"{kind}-{int(rate)}"
+                    results.append(bench.run(label, make, path, count, rate))
+                    bench.drop(label)
+        if args.burst and not args.no_workers:
+            results.append(bench.run("worker-burst", worker, workers, args.burst, 0))
+            bench.drop("worker-burst")
+        subprocess.run(
+            [sys.executable, str(REPO / "hack" / "localcluster.py"), "controller-manager"],
+            check=True,
+        )
+
+    print("\n== summary (rate: Worker vs Job unthrottled vs Job throttled, create->pod p99 ms)")
+    by_label = {p.label: p for p in results}
+    for rate in rates:
+        row = []
+        for kind in ("worker", "job-unthrottled", "job-throttled"):
+            p = by_label.get(f"{kind}-{int(rate)}")
+            if p:
+                mark = "" if p.kept_up else "!"
+                row.append(f"{kind} {pct(p.latencies, 0.99) * 1000:.0f}{mark}")
+        print(f"  {int(rate):4d}/s: " + ", ".join(row))
+    for kind in ("worker", "job-unthrottled", "job-throttled"):
+        kept = [r for r in rates if (p := by_label.get(f"{kind}-{int(r)}")) and p.kept_up]
+        if any(by_label.get(f"{kind}-{int(r)}") for r in rates):
+            print(f"  highest rate kept up, {kind}: {max(kept, default=0):.0f}/s")
+    if burst := by_label.get("worker-burst"):
+        print(
+            f"  burst of {burst.count} Workers: last pod after "
+            f"{max(burst.latencies, default=float('nan')):.1f} s, admission p99 "
+            f"{burst.admission_p99 * 1000:.0f} ms, operator RSS {burst.rss:.0f} MiB"
+        )
+    print(f"  ('!' = not kept up: a pod later than {KEPT_UP:.0f} s, or none)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""The objects the operator reconciles, as its watches last saw them: an informer cache.
+
+The operator's watches (kopf's, one per resource) feed every event in; a reconcile and
+an admission review read from here instead of the API server, so the cost of one pass
+does not grow with the number of objects, and the API server serves watches, not GETs.
+
+Three habits of client-go's informers and the Job controller:
+- What is kept is trimmed to the fields the operator reads (never a Worker's messages,
+  events or output, never a pod's spec): memory grows with the objects, not their size.
+- Our own writes are written through, so the next pass sees them before their watch
+  event arrives (the Job controller's "expectations": no second pod from a stale cache).
+  A version older than the one kept is ignored, so a late event cannot undo a write.
+- Indexes answer the questions a pass asks (a parent's children, an agent's workers,
+  profiles and revisions) without scanning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agentworkers.api.worker import RUNTIME_STATUS
+
+Body = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
+
+# The annotations the operator reads; kubectl's last-applied copy of a spec and the like
+# are dropped.
+KEPT_ANNOTATIONS = frozenset(
+    {"agentworkers.io/binding", "agentworkers.io/collected", "agentworkers.io/frozen-revision"}
+)
+_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
+         "deletionTimestamp", "labels", "ownerReferences")  # fmt: skip
+
+
+def _meta(meta: Mapping[str, Any]) -> Body:
+    kept = {k: meta[k] for k in _META if k in meta}
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if k in KEPT_ANNOTATIONS
+    }
+    if annotations:
+        kept["annotations"] = annotations
+    return kept
+
+
+# A Worker's messages are the runtime's to read, up to 64 KiB each.
+_MESSAGES = ("queries", "initialMessage")
+
+
+def _worker(body: Mapping[str, Any]) -> Body:
+    spec = {k: v for k, v in (body.get("spec") or {}).items() if k not in _MESSAGES}
+    status = {k: v for k, v in (body.get("status") or {}).items() if k not in RUNTIME_STATUS}
+    return {**_envelope(body), "spec": spec, "status": status}
+
+
+def _pod(body: Mapping[str, Any]) -> Body:
+    status = body.get("status") or {}
+    return {
+        **_envelope(body),
+        "status": {k: status[k] for k in ("phase", "reason", "message") if k in status},
+    }
+
+
+def _whole(body: Mapping[str, Any]) -> Body:
+    return {**_envelope(body), **{k: body[k] for k in ("spec", "status") if k in body}}
+
+
+def _envelope(body: Mapping[str, Any]) -> Body:
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": _meta(body.get("metadata") or {}),
+    }
+
+
+TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
+    "workers": _worker,
+    "pods": _pod,
+    "agentconfigs": _whole,
+    "agentconfigrevisions": _whole,
+    "virtualagentprofiles": _whole,
+}
+
+
+def _newer(candidate: Mapping[str, Any], kept: Mapping[str, Any]) -> bool:
+    """Whether `candidate` is not older than `kept`. Resource versions are opaque to
+    clients, but etcd's are integers; when they are not, the later arrival wins."""
+    new = candidate["metadata"].get("resourceVersion", "")
+    old = kept["metadata"].get("resourceVersion", "")
+    if new.isdigit() and old.isdigit():
+        return int(new) >= int(old)
+    return True
+
+
+def _agent(plural: str, body: Mapping[str, Any]) -> str | None:
+    spec = body.get("spec") or {}
+    if plural == "agentconfigs":
+        return str(body["metadata"]["name"])
+    if plural == "pods":
+        return None
+    return spec.get("agent")
+
+
+class Store:
+    """Trimmed copies of the operator's objects, by kind, namespace and name, with indexes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[Key, Body]] = {plural: {} for plural in TRIM}
+        # (plural, namespace, agent) -> names: an agent's workers, profiles and revisions.
+        self._by_agent: defaultdict[tuple[str, str, str], set[str]] = defaultdict(set)
+        # (namespace, parent) -> the Workers whose spec.parent it is.
+        self._children: defaultdict[Key, set[str]] = defaultdict(set)
+
+    # --- feeding ---------------------------------------------------------------------
+
+    def observe(self, plural: str, event: str | None, body: Mapping[str, Any]) -> None:
+        """One watch event (`None`: the initial listing) of a kind the store keeps."""
+        if event == "DELETED":
+            self.forget(plural, body)
+        else:
+            self.wrote(plural, body)
+
+    def wrote(self, plural: str, body: Mapping[str, Any]) -> None:
+        """An object as the API server returned it (a watch event or our own write)."""
+        trimmed = TRIM[plural](body)
+        meta = trimmed["metadata"]
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            kept = self._objects[plural].get(key)
+            if kept is not None and not _newer(trimmed, kept):
+                return
+            if kept is not None:
+                self._unindex(plural, kept)
+            self._objects[plural][key] = trimmed
+            self._index(plural, trimmed)
+
+    def forget(self, plural: str, body: Mapping[str, Any]) -> None:
+        meta = body["metadata"]
+        with self._lock:
+            kept = self._objects[plural].pop((meta["namespace"], meta["name"]), None)
+            if kept is not None:
+                self._unindex(plural, kept)
+
+    def _index(self, plural: str, body: Body) -> None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if (agent := _agent(plural, body)) is not None:
+            self._by_agent[(plural, namespace, agent)].add(name)
+        if plural == "workers" and (parent := body["spec"].get("parent")):
+            self._children[(namespace, parent)].add(name)
+
+    def _unindex(self, plural: str, body: Body) -> None:
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        if (agent := _agent(plural, body)) is not None:
+            names = self._by_agent[(plural, namespace, agent)]
+            names.discard(name)
+            if not names:
+                del self._by_agent[(plural, namespace, agent)]
+        if plural == "workers" and (parent := body["spec"].get("parent")):
+            children = self._children[(namespace, parent)]
+            children.discard(name)
+            if not children:
+                del self._children[(namespace, parent)]
+
+    # --- reading ---------------------------------------------------------------------
+
+    def get(self, plural: str, namespace: str, name: str) -> Body | None:
+        """A copy of the object (callers may change it), or None."""
+        with self._lock:
+            found = self._objects[plural].get((namespace, name))
+        return _copy(found) if found is not None else None
+
+    def of_agent(self, plural: str, namespace: str, agent: str) -> list[Body]:
+        """The workers, profiles or revisions that name `agent` (a config: itself)."""
+        with self._lock:
+            names = sorted(self._by_agent.get((plural, namespace, agent), ()))
+            found = [self._objects[plural][(namespace, n)] for n in names]
+        return [_copy(b) for b in found]
+
+    def children(self, namespace: str, parent: str) -> list[str]:
+        with self._lock:
+            return sorted(self._children.get((namespace, parent), ()))
+
+    def sizes(self) -> dict[str, int]:
+        with self._lock:
+            return {plural: len(objects) for plural, objects in self._objects.items()}
+
+
+def _copy(value: Any) -> Any:
+    """A copy a caller may change without changing the store."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value

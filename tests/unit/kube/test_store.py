@@ -1,0 +1,94 @@
+"""The watch-fed store: trimmed copies, write-through that a late event cannot undo, indexes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentworkers.kube.store import Store
+
+
+def worker(name: str, rv: str, parent: str | None = None, **status: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"agent": "planner", "queries": ["q" * 1000], "initialMessage": "hi"}
+    if parent:
+        spec["parent"] = parent
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "managedFields": [{"manager": "kubectl"}],
+            "annotations": {
+                "agentworkers.io/binding": "{}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+            },
+        },
+        "spec": spec,
+        "status": {"phase": "Running", "events": [{"index": 1}], "output": "x" * 1000, **status},
+    }
+
+
+def test_what_is_kept_is_what_a_reconcile_reads() -> None:
+    store = Store()
+    store.observe("workers", None, worker("a", "5"))
+    kept = store.get("workers", "ns", "a")
+    assert kept is not None
+    assert kept["spec"] == {"agent": "planner"}
+    assert kept["status"] == {"phase": "Running"}
+    assert kept["metadata"]["annotations"] == {"agentworkers.io/binding": "{}"}
+    assert "managedFields" not in kept["metadata"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "6"},
+        "spec": {"containers": [{"env": [{"name": "BIG", "value": "x" * 10000}]}]},
+        "status": {"phase": "Running", "podIP": "127.0.0.2"},
+    }
+    store.wrote("pods", pod)
+    assert store.get("pods", "ns", "a") == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "6"},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_a_late_event_does_not_undo_our_write() -> None:
+    store = Store()
+    store.wrote("workers", worker("a", "7", pod="a"))  # our status write, returned at 7
+    store.observe("workers", "MODIFIED", worker("a", "6"))  # the watch catches up late
+    assert store.get("workers", "ns", "a")["status"]["pod"] == "a"  # type: ignore[index]
+    store.observe("workers", "MODIFIED", worker("a", "8"))
+    assert "pod" not in store.get("workers", "ns", "a")["status"]  # type: ignore[index]
+
+
+def test_indexes_follow_adds_moves_and_deletes() -> None:
+    store = Store()
+    for name, parent in (("p", None), ("c1", "p"), ("c2", "p"), ("g", "c1")):
+        store.observe("workers", "ADDED", worker(name, "1", parent))
+    assert store.children("ns", "p") == ["c1", "c2"]
+    assert store.children("ns", "c1") == ["g"]
+    assert [w["metadata"]["name"] for w in store.of_agent("workers", "ns", "planner")] == [
+        "c1", "c2", "g", "p",
+    ]  # fmt: skip
+    store.observe("workers", "DELETED", worker("c2", "2", "p"))
+    assert store.children("ns", "p") == ["c1"]
+    assert store.get("workers", "ns", "c2") is None
+    store.observe("workers", "DELETED", worker("c1", "2", "p"))
+    assert store.children("ns", "p") == []
+    assert store.sizes()["workers"] == 2
+
+
+def test_a_caller_cannot_change_what_is_kept() -> None:
+    store = Store()
+    store.wrote("workers", worker("a", "1"))
+    copy = store.get("workers", "ns", "a")
+    assert copy is not None
+    copy["metadata"]["annotations"]["agentworkers.io/binding"] = "forged"
+    copy["status"]["phase"] = "Done"
+    kept = store.get("workers", "ns", "a")
+    assert kept is not None
+    assert kept["metadata"]["annotations"]["agentworkers.io/binding"] == "{}"
+    assert kept["status"]["phase"] == "Running"
