@@ -413,6 +413,30 @@ def controller_manager(qps: int) -> Iterator[None]:
     yield
 
 
+def summarize(results: list[Phase], rates: list[float]) -> None:
+    print("\n== summary (rate: Worker vs Job unthrottled vs Job throttled, create->pod p99 ms)")
+    by_label = {p.label: p for p in results}
+    for rate in rates:
+        row = []
+        for kind in ("worker", "job-unthrottled", "job-throttled"):
+            p = by_label.get(f"{kind}-{int(rate)}")
+            if p:
+                mark = "" if p.kept_up else "!"
+                row.append(f"{kind} {pct(p.latencies, 0.99) * 1000:.0f}{mark}")
+        print(f"  {int(rate):4d}/s: " + ", ".join(row))
+    for kind in ("worker", "job-unthrottled", "job-throttled"):
+        kept = [r for r in rates if (p := by_label.get(f"{kind}-{int(r)}")) and p.kept_up]
+        if any(by_label.get(f"{kind}-{int(r)}") for r in rates):
+            print(f"  highest rate kept up, {kind}: {max(kept, default=0):.0f}/s")
+    if burst := by_label.get("worker-burst"):
+        print(
+            f"  burst of {burst.count} Workers: last pod after "
+            f"{max(burst.latencies, default=float('nan')):.1f} s, admission p99 "
+            f"{burst.admission_p99 * 1000:.0f} ms, operator RSS {burst.rss:.0f} MiB"
+        )
+    print(f"  ('!' = not kept up: a pod later than {KEPT_UP:.0f} s, or none)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="10,25,50,100")
@@ -421,6 +445,11 @@ def main() -> int:
     parser.add_argument("--no-jobs", action="store_true", help="Workers only")
     parser.add_argument("--no-workers", action="store_true", help="Jobs only")
     parser.add_argument("--max-objects", type=int, default=1000, help="per phase")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="admission in a process of its own (--role=admission), beside the controller",
+    )
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
 
@@ -431,12 +460,28 @@ def main() -> int:
     results: list[Phase] = []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Operator.start(
-            cluster, Path(tmp), f"--namespace={prefix}-*", f"--webhook-name={webhook}"
-        ) as operator,
+        contextlib.ExitStack() as stack,
         PodWatch(cluster.api, prefix) as watch,
     ):
-        bench = Bench(cluster, watch, {"operator": operator.process.pid}, prefix, webhook)
+        scope = f"--namespace={prefix}-*"
+        if args.split:
+            for part in ("c", "a"):
+                (Path(tmp) / part).mkdir()
+            controller = stack.enter_context(
+                Operator.start(cluster, Path(tmp) / "c", scope, "--role=controller", "--no-webhook")
+            )
+            admission = stack.enter_context(
+                Operator.start(
+                    cluster, Path(tmp) / "a", scope, "--role=admission", f"--webhook-name={webhook}"
+                )
+            )
+            pids = {"operator": controller.process.pid, "admission": admission.process.pid}
+        else:
+            operator = stack.enter_context(
+                Operator.start(cluster, Path(tmp), scope, f"--webhook-name={webhook}")
+            )
+            pids = {"operator": operator.process.pid}
+        bench = Bench(cluster, watch, pids, prefix, webhook)
         workers = "/apis/agentworkers.io/v1alpha1/namespaces/{namespace}/workers"
         jobs = "/apis/batch/v1/namespaces/{namespace}/jobs"
         plan: list[tuple[str, Callable[[str], dict[str, Any]], str, int]] = []
@@ -464,27 +509,7 @@ def main() -> int:
             check=True,
         )
 
-    print("\n== summary (rate: Worker vs Job unthrottled vs Job throttled, create->pod p99 ms)")
-    by_label = {p.label: p for p in results}
-    for rate in rates:
-        row = []
-        for kind in ("worker", "job-unthrottled", "job-throttled"):
-            p = by_label.get(f"{kind}-{int(rate)}")
-            if p:
-                mark = "" if p.kept_up else "!"
-                row.append(f"{kind} {pct(p.latencies, 0.99) * 1000:.0f}{mark}")
-        print(f"  {int(rate):4d}/s: " + ", ".join(row))
-    for kind in ("worker", "job-unthrottled", "job-throttled"):
-        kept = [r for r in rates if (p := by_label.get(f"{kind}-{int(r)}")) and p.kept_up]
-        if any(by_label.get(f"{kind}-{int(r)}") for r in rates):
-            print(f"  highest rate kept up, {kind}: {max(kept, default=0):.0f}/s")
-    if burst := by_label.get("worker-burst"):
-        print(
-            f"  burst of {burst.count} Workers: last pod after "
-            f"{max(burst.latencies, default=float('nan')):.1f} s, admission p99 "
-            f"{burst.admission_p99 * 1000:.0f} ms, operator RSS {burst.rss:.0f} MiB"
-        )
-    print(f"  ('!' = not kept up: a pod later than {KEPT_UP:.0f} s, or none)")
+    summarize(results, rates)
     return 0
 
 

@@ -43,16 +43,23 @@ def _operator(args: argparse.Namespace) -> int:
     import kopf  # noqa: PLC0415 (only the operator needs it)
     import prometheus_client  # noqa: PLC0415
 
-    import agentworkers.controller.handlers  # noqa: PLC0415 (registers the handlers)
-    from agentworkers.controller import kopf_fixes  # noqa: PLC0415
+    from agentworkers.controller import kopf_fixes, kopf_settings, startup  # noqa: PLC0415
 
-    if not args.no_webhook:
+    if args.role == "admission" and args.no_webhook:
+        raise UsageError("--role=admission serves the webhook: drop --no-webhook")
+    # Importing a module registers its kopf handlers.
+    if args.role == "admission":
+        startup.register_store()
+    else:
+        import agentworkers.controller.handlers  # noqa: PLC0415
+    webhook = args.role != "controller" and not args.no_webhook
+    if webhook:
         import agentworkers.controller.webhooks  # noqa: F401, PLC0415
 
     options = Options(
         namespaces=tuple(args.namespace),
         kubeconfig=args.kubeconfig,
-        webhook_port=None if args.no_webhook else args.webhook_port,
+        webhook_port=args.webhook_port if webhook else None,
         webhook_addr=args.webhook_addr,
         webhook_name=args.webhook_name,
         webhook_host=args.webhook_host,
@@ -60,8 +67,9 @@ def _operator(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port or None,
         metrics_addr=args.metrics_addr,
         liveness=args.liveness or None,
-        standalone=not args.peering,
-        peering=args.peering,
+        # Admission replicas all answer; controllers take turns (peering), if asked to.
+        standalone=args.role == "admission" or not args.peering,
+        peering=None if args.role == "admission" else args.peering,
     )
     # JSON lines carry the object (kind, name, namespace) under "object": one line, one worker.
     kopf.configure(
@@ -70,6 +78,8 @@ def _operator(args: argparse.Namespace) -> int:
         log_refkey="object",
     )
     kopf_fixes.apply()
+    if not args.verbose:
+        kopf_settings.quiet()
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
     kopf.run(
@@ -121,6 +131,13 @@ def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--liveness", default="http://127.0.0.1:8081/healthz", help="liveness endpoint; '' off"
     )
     op.add_argument("--peering", help="kopf peering name for active/standby replicas")
+    op.add_argument(
+        "--role",
+        choices=("all", "controller", "admission"),
+        default="all",
+        help="all: reconcile and answer admission in one process; controller: reconcile "
+        "only; admission: only answer the webhook (any number of replicas, all active)",
+    )
     op.add_argument(
         "--log-format",
         choices=("full", "json", "plain"),

@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from agentworkers.controller import admission
-from agentworkers.controller.handlers import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
+from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
 
 WRITES = ["CREATE", "UPDATE"]
 REVIEWERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="admission")

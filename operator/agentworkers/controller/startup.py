@@ -1,0 +1,107 @@
+"""What every role of the operator shares: kopf's settings, the connection, its identity,
+and the watch-fed store (`agentworkers.kube.store`) that reconciles and reviews read.
+
+kopf indexes every object before any handler runs, and holds handlers back until every
+indexed kind is listed; feeding the store from index functions therefore makes it complete
+before the first reconcile reads it. The index functions keep nothing in kopf's own index
+(they return None). kopf does not call them for deletions: `register_store` adds an event
+handler per kind that forgets deleted objects, except for kinds whose reconcile handlers
+forget them already (one handler fewer per event).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from agentworkers import kube
+from agentworkers.api import GROUP, VERSION
+from agentworkers.controller import kopf_settings
+from agentworkers.controller.options import Options
+from agentworkers.controller.tls import CertificateWatch
+from agentworkers.kube.store import Store
+from agentworkers.pods import WORKER_LABEL
+from agentworkers.storage import Storage
+
+AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
+PROFILES = (GROUP, VERSION, "virtualagentprofiles")
+REVISIONS = (GROUP, VERSION, "agentconfigrevisions")
+WORKERS = (GROUP, VERSION, "workers")
+PODS = ("", "v1", "pods")
+# Only the pods of Workers: the operator never reads any other.
+POD_FILTER: dict[str, Any] = {"labels": {WORKER_LABEL: kopf.PRESENT}}
+
+
+@kopf.on.startup()
+def configure(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    options: Options = memo.options
+    # Our own prefixes from the first release: changing them later re-handles every object.
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf_settings.DiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # We post our own Events with reasons; kopf's per-handler chatter stays in the log.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = options.watch_timeout
+    settings.execution.max_workers = options.workers
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
+    settings.peering.standalone = options.standalone
+    if options.peering:
+        settings.peering.name = options.peering
+    if options.webhook_port is not None:
+        settings.admission.server = options.webhook_server()
+        settings.admission.managed = options.webhook_name
+        memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()
+    memo.api = kube.connect(
+        options.kubeconfig, timeout=options.request_timeout, threads=options.workers
+    ).api
+    # Admission tells the operator's own writes (a binding, a revision) from anyone else's.
+    memo.identity = kube.whoami(memo.api)
+    logger.info("operating as %s", memo.identity)
+    memo.store = Store()
+    memo.storage = Storage(memo.api, memo.store)
+
+
+@kopf.on.cleanup()
+def close(memo: kopf.Memo, **_: Any) -> None:
+    if "certificate_watch" in memo:
+        memo.certificate_watch.stop()
+    memo.api.close()
+
+
+def _indexer(plural: str) -> Any:
+    # async: a few microseconds of work, done on the event loop rather than in a thread.
+    async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.store.wrote(plural, body)
+
+    return index
+
+
+def _forgetter(plural: str) -> Any:
+    async def forget(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        if type == "DELETED":
+            memo.store.forget(plural, body)
+
+    return forget
+
+
+def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
+    """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
+    whose own event handlers forget deletions."""
+    skip = set(forgotten_elsewhere)
+    for resource, extra in (
+        (AGENT_CONFIGS, {}),
+        (PROFILES, {}),
+        (REVISIONS, {}),
+        (WORKERS, {}),
+        (PODS, POD_FILTER),
+    ):
+        plural = resource[2]
+        kopf.index(*resource, id=f"store_{plural}", **extra)(_indexer(plural))
+        if plural not in skip:
+            kopf.on.event(*resource, id=f"forget_{plural}", **extra)(_forgetter(plural))

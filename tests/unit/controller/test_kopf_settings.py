@@ -1,0 +1,31 @@
+"""kopf tuned for many objects: no diff base for watched-only kinds, no per-event success lines."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from agentworkers.controller.kopf_settings import DiffBaseStorage, QuietSuccesses
+
+
+def test_only_kinds_with_change_handlers_get_a_diff_base() -> None:
+    storage = DiffBaseStorage(prefix="agentworkers.io", key="last-handled-configuration")
+    worker = kopf.Body({"kind": "Worker", "metadata": {"name": "w"}, "spec": {"agent": "a"}})
+    config = kopf.Body({"kind": "AgentConfig", "metadata": {"name": "a"}, "spec": {"x": 1}})
+    assert storage.build(body=worker) == {}
+    assert storage.fetch(body=worker) is None
+    assert storage.build(body=config)["spec"] == {"x": 1}
+
+
+def record(level: int, msg: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord("kopf.objects", level, __file__, 1, msg, args, None)
+
+
+def test_success_lines_go_and_the_rest_stays() -> None:
+    quiet = QuietSuccesses()
+    assert not quiet.filter(record(logging.INFO, "Handler %r succeeded.", "worker_event"))
+    assert not quiet.filter(record(logging.INFO, "Webhook %r succeeded.", "worker"))
+    assert quiet.filter(record(logging.INFO, "Resuming is processed: 1 succeeded; 0 failed."))
+    assert quiet.filter(record(logging.ERROR, "Handler %r failed permanently.", "worker_event"))
+    assert quiet.filter(record(logging.WARNING, "Handler %r succeeded.", "x"))
