@@ -305,9 +305,9 @@ class Bench:
         def create(name: str) -> None:
             began = time.monotonic()
             response = raw(self.cluster.api, "POST", url, body=make(name))
+            answer = response.data  # read whole, so the connection goes back clean
             if response.status >= 300:
-                self.failures.append(f"{name}: {response.status} {response.data[:200]!r}")
-            response.release_conn()
+                self.failures.append(f"{name}: {response.status} {answer[:200]!r}")
             calls.append(time.monotonic() - began)
 
         pending = []
@@ -455,6 +455,13 @@ def main() -> int:
 
     cluster = local_cluster()
     install_crds(cluster)
+    # A quiet start: no earlier run's namespaces still being emptied.
+    wait_until(
+        "earlier bench namespaces to go",
+        lambda: "bench" not in cluster.kubectl("get", "namespaces", "-o", "name").stdout,
+        timeout=600,
+        interval=2,
+    )
     prefix = f"bench{uuid.uuid4().hex[:4]}"
     webhook = f"agentworkers-{prefix}.io"
     results: list[Phase] = []

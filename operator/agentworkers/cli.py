@@ -45,8 +45,6 @@ def _operator(args: argparse.Namespace) -> int:
 
     from agentworkers.controller import kopf_fixes, kopf_settings, startup  # noqa: PLC0415
 
-    if args.role == "admission" and args.no_webhook:
-        raise UsageError("--role=admission serves the webhook: drop --no-webhook")
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
         startup.register_store()
@@ -223,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.g_namespace or args.g_kubeconfig or args.output != "table" or args.quiet:
             parser.print_usage(sys.stderr)
             sys.stderr.write("error: `operator` takes its own flags, after it\n")
+            return EXIT_USAGE
+        if args.role == "admission" and args.no_webhook:
+            parser.print_usage(sys.stderr)
+            sys.stderr.write("error: --role=admission serves the webhook: drop --no-webhook\n")
             return EXIT_USAGE
         return int(args.func(args))
     return run(args, Output(args.output, args.quiet, sys.stdout, sys.stderr))

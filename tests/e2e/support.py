@@ -29,6 +29,16 @@ PROFILES: list[dict[str, Any]] = list(
 T = TypeVar("T")
 
 
+def worker(name: str, **spec: Any) -> dict[str, Any]:
+    """A Worker of the example agent "planner", with `spec` on top."""
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": name},
+        "spec": {"agent": "planner", **spec},
+    }
+
+
 @dataclass(frozen=True)
 class Cluster:
     """A running API server: the local control plane, or (AGENTWORKERS_CLUSTER=existing) yours."""

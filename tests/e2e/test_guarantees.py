@@ -19,19 +19,11 @@ import pytest
 
 from agentworkers.client import Client
 from tests.e2e.support import CONFIG, Cluster, Operator, wait_until
+from tests.e2e.support import worker as _worker
 
 pytestmark = pytest.mark.usefixtures("operator")
 
 BINDING = "agentworkers.io/binding"
-
-
-def _worker(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentworkers.io/v1alpha1",
-        "kind": "Worker",
-        "metadata": {"name": name},
-        "spec": {"agent": "planner", **spec},
-    }
 
 
 def _get(cluster: Cluster, namespace: str, kind: str, name: str) -> dict[str, Any]:
@@ -246,17 +238,42 @@ def test_a_burst_of_profiles_fills_the_cap_oldest_first_and_the_agent_stays_read
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", ready
 
+
+def test_a_lowered_cap_leaves_the_newest_profiles_out_until_one_goes(
+    cluster: Cluster, namespace: str
+) -> None:
+    config = copy.deepcopy(CONFIG)  # the section's reviewer, plus four standalone profiles
+    cluster.apply(namespace, config)
+    for i in range(4):
+        cluster.apply(namespace, _profile(f"p{i}", f"k{i}"))
+        time.sleep(1.1)  # creation times a second apart: the order is theirs, not the names'
+    wait_until("five profiles", lambda: _get(cluster, namespace, "ac", "planner")
+               .get("status", {}).get("profiles") == 5)  # fmt: skip
+    config["spec"]["virtualAgents"]["maxProfiles"] = 3
+    cluster.apply(namespace, config)
+
+    def verdicts(first: int = 0) -> dict[str, str | None]:
+        return {
+            f"p{i}": (_accepted(_get(cluster, namespace, "vap", f"p{i}")) or {}).get("reason")
+            for i in range(first, 4)
+        }
+
+    expected = {
+        "p0": "Included",
+        "p1": "Included",
+        "p2": "TooManyProfiles",
+        "p3": "TooManyProfiles",
+    }
+    wait_until("the two newest left out", lambda: verdicts() == expected)
+    status = _get(cluster, namespace, "ac", "planner")["status"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and status["profiles"] == 3
+    assert "left out of its map: p2 (TooManyProfiles), p3 (TooManyProfiles)" in ready["message"]
+
     # Not blocked: deleting an included profile lets the next oldest in.
-    cluster.kubectl("delete", "vap", bodies[0]["metadata"]["name"], "-n", namespace)
-    wait_until(
-        "the next oldest profile to be included",
-        lambda: (
-            (_accepted(_get(cluster, namespace, "vap", bodies[2]["metadata"]["name"])) or {}).get(
-                "reason"
-            )
-            == "Included"
-        ),
-    )
+    cluster.kubectl("delete", "vap", "p0", "-n", namespace)
+    wait_until("p2 to be included", lambda: verdicts(1).get("p2") == "Included")
+    assert verdicts(1)["p3"] == "TooManyProfiles"
 
 
 def test_names_too_long_for_a_label_are_refused_not_left_hanging(

@@ -18,6 +18,7 @@ from agentworkers.client import (
 )
 from agentworkers.virtualagent import Binding
 from tests.e2e.support import CONFIG, PROFILES, Cluster, Operator, wait_until
+from tests.e2e.support import worker as _worker
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -25,15 +26,6 @@ pytestmark = pytest.mark.usefixtures("operator")
 @pytest.fixture
 def client(cluster: Cluster, namespace: str) -> Client:
     return Client(cluster.api, namespace)
-
-
-def _worker(name: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "agentworkers.io/v1alpha1",
-        "kind": "Worker",
-        "metadata": {"name": name},
-        "spec": {"agent": "planner", **spec},
-    }
 
 
 def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:

@@ -450,12 +450,19 @@ def kill(storage: Storage, worker: Worker) -> None:
     worker.condition(KILLED, "True", "Killed", message)
     worker.condition(READY, "False", "Killed", message)
     metrics.KILLS.labels(via="spec").inc()
+    log.info("%s", message, extra=_ref(worker))
     storage.post_event(worker.body, "Warning", "Killed", message)
+
+
+def _ref(worker: Worker) -> dict[str, Any]:
+    """What a JSON log line says it is about (kopf's formatter puts it under "object")."""
+    return {"k8s_ref": {"kind": "Worker", "namespace": worker.namespace, "name": worker.name}}
 
 
 def _fail(storage: Storage, worker: Worker, error: VirtualAgentError) -> None:
     """Fail LOUD: phase Failed, a condition with the reason, one Warning Event, no pod."""
     message = str(error)
+    log.warning("failed: %s: %s", error.reason, message, extra=_ref(worker))
     worker.update(phase="Failed", error=message, last_event=f"{error.reason}: {message}")
     worker.condition(READY, "False", error.reason, message)
     metrics.RUN_FAILURES.labels(reason=error.reason).inc()

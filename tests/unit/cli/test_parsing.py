@@ -44,6 +44,14 @@ def test_the_operator_subcommand_keeps_its_flags() -> None:
     defaults = parse("operator")
     assert defaults.namespace == [] and defaults.webhook_port == 9443
     assert defaults.tls_dir == Path("/tmp/agentworkers-webhook")
+    assert defaults.role == "all" and parse("operator", "--role", "admission").role == "admission"
+
+
+def test_an_admission_role_without_its_webhook_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.main(["operator", "--role=admission", "--no-webhook"]) == cli.EXIT_USAGE
+    assert "--role=admission serves the webhook" in capsys.readouterr().err
 
 
 def test_global_flags_before_operator_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
