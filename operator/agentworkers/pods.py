@@ -27,6 +27,11 @@ def pod_name(worker: str) -> str:
     return worker
 
 
+def owned_by(pod: dict[str, Any], uid: str) -> bool:
+    """Whether `pod` is the one a Worker of this uid made (a pod of its name may not be)."""
+    return uid in {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
+
+
 def build_pod(
     worker_body: dict[str, Any],
     worker: WorkerSpec,

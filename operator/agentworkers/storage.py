@@ -1,4 +1,8 @@
-"""The only code that calls the Kubernetes API. Everything above it deals in models."""
+"""The only code that calls the Kubernetes API. Everything above it deals in models.
+
+`Repository` is what the controller and admission need of it; `Storage` is the one
+implementation that talks to an API server (tests use an in-memory one).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -15,6 +19,7 @@ from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.conditions import now, truncate
 from agentworkers.kube.store import Store
+from agentworkers.pods import owned_by
 from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,46 @@ def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
         "controller": controller,
         "blockOwnerDeletion": True,
     }
+
+
+class Repository(Protocol):
+    """The operations the controller and admission use; `Storage` documents each."""
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def items(
+        self, plural: str, namespace: str, selector: str | None = None
+    ) -> Iterator[dict[str, Any]]: ...
+    def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
+    def children(self, namespace: str, parent: str) -> list[str]: ...
+    def patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> str | None: ...
+    def revisions(self, namespace: str, agent: str) -> list[ExistingRevision]: ...
+    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision: ...
+    def delete_revision(self, namespace: str, name: str) -> None: ...
+    def pinned_revisions(self, namespace: str, agent: str) -> set[str]: ...
+    def post_event(self, body: Body, type_: str, reason: str, message: str) -> None: ...
+    def revision_spec(self, namespace: str, name: str) -> AgentConfigRevisionSpec | None: ...
+    def patch_metadata(
+        self,
+        plural: str,
+        body: Body,
+        annotations: Mapping[str, str],
+        labels: Mapping[str, str],
+        owner_references: list[dict[str, Any]],
+    ) -> str: ...
+    def get_pod(
+        self, namespace: str, name: str, *, confirm: bool = False
+    ) -> dict[str, Any] | None: ...
+    def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
+    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
+    def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
 
 @dataclass
@@ -313,10 +358,7 @@ class Storage:
             if e.status != 409:
                 raise
         existing = self.get_pod(namespace, name, confirm=True)
-        owners = [
-            o.get("uid") for o in (existing or {}).get("metadata", {}).get("ownerReferences") or []
-        ]
-        if existing is None or owner_uid not in owners:
+        if existing is None or not owned_by(existing, owner_uid):
             raise Conflict(f"a pod named {name} exists and is not this worker's")
         return existing
 

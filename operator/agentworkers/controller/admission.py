@@ -30,7 +30,7 @@ from agentworkers.errors import (
 )
 from agentworkers.revisions import Standalone, check_standalone, effective_map, standalone_source
 from agentworkers.spawning import check_binding_write, check_spawn
-from agentworkers.storage import Storage
+from agentworkers.storage import Repository
 from agentworkers.virtualagent import VirtualAgentError
 
 
@@ -40,7 +40,7 @@ def _refuse(error: VirtualAgentError) -> kopf.AdmissionError:
 
 
 def _standalone(
-    storage: Storage, namespace: str, agent: str, skip: str | None = None
+    storage: Repository, namespace: str, agent: str, skip: str | None = None
 ) -> list[Standalone]:
     found = []
     for item in storage.items("virtualagentprofiles", namespace):
@@ -56,7 +56,7 @@ def _standalone(
 
 
 def validate_agent_config(
-    storage: Storage, spec: dict[str, Any], name: str, namespace: str
+    storage: Repository, spec: dict[str, Any], name: str, namespace: str
 ) -> None:
     try:
         config = AgentConfigSpec.model_validate(spec)
@@ -68,7 +68,7 @@ def validate_agent_config(
 
 
 def validate_profile(
-    storage: Storage,
+    storage: Repository,
     spec: dict[str, Any],
     name: str,
     namespace: str,
@@ -103,7 +103,7 @@ def validate_profile(
 
 
 def validate_worker(
-    storage: Storage,
+    storage: Repository,
     body: Mapping[str, Any],
     old: dict[str, Any] | None,
     warnings: list[str],

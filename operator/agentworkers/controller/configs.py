@@ -29,7 +29,7 @@ from agentworkers.revisions import (
     plan_revision,
     standalone_source,
 )
-from agentworkers.storage import Storage
+from agentworkers.storage import Repository
 from agentworkers.virtualagent import VirtualAgentError
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Inputs:
     profiles: list[tuple[dict[str, Any], Standalone]]
 
 
-def read_inputs(storage: Storage, namespace: str, name: str) -> Inputs | None:
+def read_inputs(storage: Repository, namespace: str, name: str) -> Inputs | None:
     body = storage.get("agentconfigs", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None
@@ -73,7 +73,7 @@ def read_inputs(storage: Storage, namespace: str, name: str) -> Inputs | None:
     return Inputs(body, spec, profiles)
 
 
-def reconcile(storage: Storage, namespace: str, name: str) -> None:
+def reconcile(storage: Repository, namespace: str, name: str) -> None:
     """Bring the AgentConfig's revisions and statuses in line with its inputs."""
     with _locks[(namespace, name)], metrics.RECONCILE_SECONDS.time():
         body = storage.get("agentconfigs", namespace, name)
@@ -97,7 +97,7 @@ def _status(body: dict[str, Any]) -> AgentConfigStatus:
         return AgentConfigStatus()  # a status we cannot read is recomputed
 
 
-def _refuse(storage: Storage, body: dict[str, Any], error: VirtualAgentError) -> None:
+def _refuse(storage: Repository, body: dict[str, Any], error: VirtualAgentError) -> None:
     """Invalid input never becomes a revision: say why, keep the last good one active."""
     metrics.CONFIG_REFUSALS.labels(reason=error.reason, stage="handler").inc()
     status = _status(body)
@@ -128,7 +128,7 @@ def _refuse(storage: Storage, body: dict[str, Any], error: VirtualAgentError) ->
             )
 
 
-def _accept(storage: Storage, inputs: Inputs, effective: EffectiveMap) -> None:
+def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> None:
     body, spec = inputs.body, inputs.spec
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     status = _status(body)
@@ -207,7 +207,7 @@ def _accept(storage: Storage, inputs: Inputs, effective: EffectiveMap) -> None:
 
 
 def _set_profile_status(
-    storage: Storage,
+    storage: Repository,
     body: dict[str, Any],
     accepted: str,
     reason: str,

@@ -33,7 +33,7 @@ from agentworkers.api.worker import (
 from agentworkers.conditions import Status, now, set_condition
 from agentworkers.effective import EffectiveConfig, inherit, resolve
 from agentworkers.errors import SecretNotAllowedError, UnknownWorkerError, describe
-from agentworkers.pods import AGENT_LABEL, build_pod, pod_name
+from agentworkers.pods import AGENT_LABEL, build_pod, owned_by, pod_name
 from agentworkers.spawning import (
     BINDING_ANNOTATION,
     ParentRun,
@@ -44,7 +44,7 @@ from agentworkers.spawning import (
     summary,
     verify_run_start,
 )
-from agentworkers.storage import REVISION_LABEL, Conflict, Storage, ref
+from agentworkers.storage import REVISION_LABEL, Conflict, Repository, ref
 from agentworkers.virtualagent import Profile, VirtualAgentError
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class Worker:
         )
         self.update(conditions=conditions)
 
-    def save(self, storage: Storage, before: dict[str, Any]) -> None:
+    def save(self, storage: Repository, before: dict[str, Any]) -> None:
         """Write the fields that changed, if any but timestamps did.
 
         Only on the version read: the runtime reports to the same status, and a stale
@@ -134,7 +134,7 @@ def load(body: dict[str, Any]) -> Worker:
     return Worker(body, spec, status)
 
 
-def reconcile(storage: Storage, namespace: str, name: str) -> None:
+def reconcile(storage: Repository, namespace: str, name: str) -> None:
     with _locks[(namespace, name)]:
         body = storage.get("workers", namespace, name)
         if body is None or body["metadata"].get("deletionTimestamp"):
@@ -165,7 +165,7 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
     return {**kept, "conditions": conditions}
 
 
-def _step(storage: Storage, worker: Worker) -> None:
+def _step(storage: Repository, worker: Worker) -> None:
     if worker.status.phase in TERMINAL_PHASES:
         return
     if worker.spec.kill is not None:
@@ -216,6 +216,10 @@ def _step(storage: Storage, worker: Worker) -> None:
         pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is None:
         pod = _start(storage, worker, config, active, parent, ancestor)
+    elif not owned_by(pod, worker.body["metadata"]["uid"]):
+        raise RunFailedError(
+            "PodConflict", f"a pod named {pod_name(worker.name)} is not this run's"
+        )
     _follow(worker, pod)
 
 
@@ -226,7 +230,7 @@ def _wait(worker: Worker, reason: str, message: str) -> NoReturn:
 
 
 def _bind(
-    storage: Storage,
+    storage: Repository,
     worker: Worker,
     parent_body: dict[str, Any] | None,
     parent: ParentRun | None,
@@ -261,7 +265,7 @@ def _bind(
 
 
 def parent_run(
-    storage: Storage, namespace: str, parent_body: dict[str, Any] | None
+    storage: Repository, namespace: str, parent_body: dict[str, Any] | None
 ) -> tuple[ParentRun | None, dict[str, Any] | None]:
     """What a spawn is checked against: the parent run, and the profile run (the parent
     itself or an ancestor) that bounds it, if any."""
@@ -283,7 +287,7 @@ def parent_run(
 
 
 def profile_ancestor(
-    storage: Storage, namespace: str, body: dict[str, Any]
+    storage: Repository, namespace: str, body: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The nearest Worker from `body` up its parent chain that runs under a profile.
 
@@ -306,7 +310,7 @@ def profile_ancestor(
 
 
 def _adopt(
-    storage: Storage,
+    storage: Repository,
     worker: Worker,
     parent_body: dict[str, Any] | None,
     annotations: dict[str, str],
@@ -334,7 +338,7 @@ def _adopt(
         _grant(storage, parent_body)
 
 
-def _grant(storage: Storage, body: dict[str, Any]) -> None:
+def _grant(storage: Repository, body: dict[str, Any]) -> None:
     """Keep a runtime's Role in step with its children (it may read, patch, delete them)."""
     meta = body["metadata"]
     children = storage.children(meta["namespace"], meta["name"])
@@ -343,7 +347,7 @@ def _grant(storage: Storage, body: dict[str, Any]) -> None:
 
 
 def _start(
-    storage: Storage,
+    storage: Repository,
     worker: Worker,
     config: AgentConfigSpec,
     active: RevisionRef,
@@ -438,7 +442,7 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     worker.condition(READY, "True", "Running", "the run has its pod")
 
 
-def kill(storage: Storage, worker: Worker) -> None:
+def kill(storage: Repository, worker: Worker) -> None:
     """Stop the run: a target condition, the pod gone, then Killed and one Event."""
     assert worker.spec.kill is not None
     who = f" by {worker.spec.kill.by}" if worker.spec.kill.by else ""
@@ -459,7 +463,7 @@ def _ref(worker: Worker) -> dict[str, Any]:
     return {"k8s_ref": {"kind": "Worker", "namespace": worker.namespace, "name": worker.name}}
 
 
-def _fail(storage: Storage, worker: Worker, error: VirtualAgentError) -> None:
+def _fail(storage: Repository, worker: Worker, error: VirtualAgentError) -> None:
     """Fail LOUD: phase Failed, a condition with the reason, one Warning Event, no pod."""
     message = str(error)
     log.warning("failed: %s: %s", error.reason, message, extra=_ref(worker))
@@ -469,7 +473,7 @@ def _fail(storage: Storage, worker: Worker, error: VirtualAgentError) -> None:
     storage.post_event(worker.body, "Warning", error.reason, message)
 
 
-def _fail_unparsed(storage: Storage, body: dict[str, Any], error: VirtualAgentError) -> None:
+def _fail_unparsed(storage: Repository, body: dict[str, Any], error: VirtualAgentError) -> None:
     """A spec that does not decode (admission was off): fail once, say which field."""
     if (body.get("status") or {}).get("phase") == "Failed":
         return
@@ -480,7 +484,7 @@ def _fail_unparsed(storage: Storage, body: dict[str, Any], error: VirtualAgentEr
     worker.save(storage, {})
 
 
-def deleted(storage: Storage, body: dict[str, Any]) -> None:
+def deleted(storage: Repository, body: dict[str, Any]) -> None:
     """Deleting a Worker is a kill, unless it was collected or had already ended."""
     metrics.PHASES.observe(body["metadata"]["uid"], None)
     phase = (body.get("status") or {}).get("phase")

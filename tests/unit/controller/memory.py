@@ -1,0 +1,184 @@
+"""An in-memory `Repository`: the API server as the controller sees it, for table tests.
+
+It keeps resource versions and refuses a stale precondition with a 409, as the API server
+does; it records every write and Event, so a test asserts what a user would see.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from agentworkers.api import AgentConfigRevisionSpec
+from agentworkers.pods import owned_by
+from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.storage import Conflict
+
+Body = dict[str, Any]
+
+
+@dataclass
+class Memory:
+    """Objects by (plural, namespace, name); pods under "pods", RBAC under its kinds."""
+
+    objects: dict[tuple[str, str, str], Body] = field(default_factory=dict)
+    events: list[tuple[str, str, str, str]] = field(default_factory=list)  # name, type, reason
+    writes: list[tuple[str, str, str]] = field(default_factory=list)  # verb, plural, name
+    _versions: Iterator[int] = field(default_factory=lambda: itertools.count(100))
+
+    # --- setting the scene --------------------------------------------------------
+
+    def put(self, plural: str, body: Body) -> Body:
+        body = copy.deepcopy(body)
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", "ns")
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta.setdefault("creationTimestamp", "2030-01-01T00:00:00Z")
+        meta["resourceVersion"] = str(next(self._versions))
+        self.objects[(plural, meta["namespace"], meta["name"])] = body
+        return copy.deepcopy(body)
+
+    def find(self, plural: str, name: str, namespace: str = "ns") -> Body | None:
+        return copy.deepcopy(self.objects.get((plural, namespace, name)))
+
+    def reasons(self, name: str) -> list[str]:
+        return [reason for who, _, reason, _ in self.events if who == name]
+
+    # --- the Repository -----------------------------------------------------------
+
+    def get(self, plural: str, namespace: str, name: str) -> Body | None:
+        return self.find(plural, name, namespace)
+
+    def items(self, plural: str, namespace: str, selector: str | None = None) -> Iterator[Body]:
+        return iter(
+            copy.deepcopy(b)
+            for (p, ns, _), b in self.objects.items()
+            if (p, ns) == (plural, namespace)
+        )
+
+    def of_agent(self, plural: str, namespace: str, agent: str) -> list[Body]:
+        return [
+            b for b in self.items(plural, namespace) if (b.get("spec") or {}).get("agent") == agent
+        ]
+
+    def children(self, namespace: str, parent: str) -> list[str]:
+        return sorted(
+            b["metadata"]["name"]
+            for b in self.items("workers", namespace)
+            if b["spec"].get("parent") == parent
+        )
+
+    def patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> str | None:
+        body = self.objects.get((plural, namespace, name))
+        if body is None:
+            return None
+        self._precondition(body, resource_version)
+        body["status"] = {**(body.get("status") or {}), **copy.deepcopy(dict(status))}
+        self.writes.append(("PATCH", f"{plural}/status", name))
+        return self._bump(body)
+
+    def revisions(self, namespace: str, agent: str) -> list[ExistingRevision]:
+        return [
+            ExistingRevision(
+                r["metadata"]["name"], r["spec"]["revision"], r["spec"]["digest"], None
+            )
+            for r in self.of_agent("agentconfigrevisions", namespace, agent)
+        ]
+
+    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
+        name = revision_name(spec.agent, spec.revision)
+        namespace = config["metadata"]["namespace"]
+        self.put(
+            "agentconfigrevisions",
+            {"metadata": {"name": name, "namespace": namespace}, "spec": spec.wire()},
+        )
+        self.writes.append(("POST", "agentconfigrevisions", name))
+        return ExistingRevision(name, spec.revision, spec.digest, config["metadata"]["uid"])
+
+    def delete_revision(self, namespace: str, name: str) -> None:
+        self.objects.pop(("agentconfigrevisions", namespace, name), None)
+
+    def pinned_revisions(self, namespace: str, agent: str) -> set[str]:
+        return pinned_by(agent, self.of_agent("workers", namespace, agent))
+
+    def post_event(self, body: Body, type_: str, reason: str, message: str) -> None:
+        self.events.append((body["metadata"]["name"], type_, reason, message))
+
+    def revision_spec(self, namespace: str, name: str) -> AgentConfigRevisionSpec | None:
+        found = self.find("agentconfigrevisions", name, namespace)
+        return AgentConfigRevisionSpec.model_validate(found["spec"]) if found else None
+
+    def patch_metadata(
+        self,
+        plural: str,
+        body: Body,
+        annotations: Mapping[str, str],
+        labels: Mapping[str, str],
+        owner_references: list[dict[str, Any]],
+    ) -> str:
+        meta = body["metadata"]
+        kept = self.objects[(plural, meta["namespace"], meta["name"])]
+        self._precondition(kept, meta["resourceVersion"])
+        kept_meta = kept["metadata"]
+        kept_meta["annotations"] = {**(kept_meta.get("annotations") or {}), **annotations}
+        kept_meta["labels"] = {**(kept_meta.get("labels") or {}), **labels}
+        kept_meta["ownerReferences"] = owner_references
+        self.writes.append(("PATCH", plural, meta["name"]))
+        return self._bump(kept)
+
+    def get_pod(self, namespace: str, name: str, *, confirm: bool = False) -> Body | None:
+        return self.find("pods", name, namespace)
+
+    def create_pod(self, pod: Body, owner_uid: str) -> Body:
+        meta = pod["metadata"]
+        existing = self.find("pods", meta["name"], meta["namespace"])
+        if existing is not None:
+            if not owned_by(existing, owner_uid):
+                raise Conflict(f"a pod named {meta['name']} exists and is not this worker's")
+            return existing
+        self.writes.append(("POST", "pods", meta["name"]))
+        return self.put("pods", pod)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        if self.objects.pop(("pods", namespace, name), None) is not None:
+            self.writes.append(("DELETE", "pods", name))
+
+    def ensure_access(self, objects: list[Body]) -> bool:
+        created_role = False
+        for obj in objects:
+            key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if key not in self.objects:
+                self.objects[key] = copy.deepcopy(obj)
+                self.writes.append(("POST", obj["kind"], obj["metadata"]["name"]))
+                created_role = created_role or obj["kind"] == "Role"
+        return created_role
+
+    def set_role_rules(self, namespace: str, name: str, rules: list[Body]) -> bool:
+        role = self.objects.get(("Role", namespace, name))
+        if role is None:
+            return False
+        role["rules"] = copy.deepcopy(rules)
+        self.writes.append(("PATCH", "Role", name))
+        return True
+
+    # --- what the API server does -------------------------------------------------
+
+    def _precondition(self, body: Body, version: str | None) -> None:
+        if version and version != body["metadata"]["resourceVersion"]:
+            raise ApiException(status=409, reason="Conflict")
+
+    def _bump(self, body: Body) -> str:
+        body["metadata"]["resourceVersion"] = str(next(self._versions))
+        return str(body["metadata"]["resourceVersion"])

@@ -1,0 +1,330 @@
+"""Every branch of a Worker's reconcile, one row each, against the in-memory repository.
+
+The end-to-end tests show the same on a real API server; these show every failure branch
+in a second, and what each leaves behind: phase, Ready reason, pod, Events, writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from agentworkers.controller import configs, workers
+from agentworkers.spawning import BINDING_ANNOTATION
+from tests.unit.controller.memory import Memory
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+CONFIG = yaml.safe_load((EXAMPLES / "agentconfig.yaml").read_text())
+PROFILES = list(yaml.safe_load_all((EXAMPLES / "virtualagentprofiles.yaml").read_text()))
+
+
+def worker(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": name, "generation": 1},
+        "spec": {"agent": "planner", **spec},
+    }
+
+
+def planner(memory: Memory, **spec: Any) -> None:
+    """The example agent and its profiles, reconciled to revision 1."""
+    memory.put("agentconfigs", {**CONFIG, "spec": {**CONFIG["spec"], **spec}})
+    for profile in PROFILES:
+        memory.put("virtualagentprofiles", profile)
+    configs.reconcile(memory, "ns", "planner")
+
+
+def reconcile(memory: Memory, name: str) -> str:
+    """One pass; "retry" when it asks to be run again later."""
+    try:
+        workers.reconcile(memory, "ns", name)
+    except kopf.TemporaryError:
+        return "retry"
+    return "done"
+
+
+def pod_phase(memory: Memory, name: str, phase: str, **status: Any) -> None:
+    """What kwok (a kubelet) reports of the pod."""
+    pod = memory.objects[("pods", "ns", name)]
+    pod["status"] = {"phase": phase, **status}
+
+
+def started(memory: Memory, name: str, **spec: Any) -> None:
+    """A Worker whose pod runs."""
+    memory.put("workers", worker(name, **spec))
+    reconcile(memory, name)
+    pod_phase(memory, name, "Running")
+    reconcile(memory, name)
+
+
+def bound_child(memory: Memory, name: str, profile: str, **spec: Any) -> None:
+    memory.put("workers", worker(name, parent="parent", profile=profile, suspend=True, **spec))
+    reconcile(memory, name)
+
+
+def resume(memory: Memory, name: str) -> None:
+    memory.objects[("workers", "ns", name)]["spec"]["suspend"] = False
+
+
+@dataclass(frozen=True)
+class Row:
+    """A situation, the Worker it is about, and what a user then sees."""
+
+    scene: Callable[[Memory], None]
+    name: str
+    phase: str | None
+    reason: str | None  # of the Ready condition
+    pod: bool
+    events: tuple[str, ...] = ()
+    outcome: str = "done"
+
+
+def _no_config(memory: Memory) -> None:
+    memory.put("workers", worker("w"))
+
+
+def _no_revision(memory: Memory) -> None:
+    memory.put("agentconfigs", CONFIG)
+    memory.put("workers", worker("w"))
+
+
+def _top_level(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w"))
+
+
+def _parent_gone(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w", parent="ghost"))
+
+
+def _pod_lost(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "w")
+    memory.objects.pop(("pods", "ns", "w"))
+
+
+def _foreign_pod(memory: Memory) -> None:
+    planner(memory)
+    memory.put("pods", {"metadata": {"name": "w", "ownerReferences": [{"uid": "other"}]}})
+    memory.put("workers", worker("w"))
+
+
+def _killed_before_its_pod(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w", kill={"reason": "not needed", "by": "alice"}))
+
+
+def _killed_running(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "w")
+    memory.objects[("workers", "ns", "w")]["spec"]["kill"] = {"reason": "enough"}
+
+
+def _suspended(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w", suspend=True))
+
+
+def _secret_refused(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w", allowedSecrets=["root-password"]))
+
+
+def _pod_failed(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "w")
+    pod_phase(memory, "w", "Failed", reason="DeadlineExceeded", message="too slow")
+
+
+def _pod_succeeded(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "w")
+    pod_phase(memory, "w", "Succeeded")
+
+
+def _unreadable(memory: Memory) -> None:
+    planner(memory)
+    memory.put("workers", worker("w", kind="nonsense"))
+
+
+def _profiled_child(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    memory.put("workers", worker("w", parent="parent", profile="reviewer"))
+
+
+def _unknown_profile(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    memory.put("workers", worker("w", parent="parent", profile="nope"))
+
+
+def _sibling_binding(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    bound_child(memory, "w", "translator")
+    bound_child(memory, "b", "researcher")
+    sibling = memory.objects[("workers", "ns", "b")]["metadata"]["annotations"][BINDING_ANNOTATION]
+    memory.objects[("workers", "ns", "w")]["metadata"]["annotations"][BINDING_ANNOTATION] = sibling
+    resume(memory, "w")
+
+
+def _binding_removed(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    bound_child(memory, "w", "translator")
+    del memory.objects[("workers", "ns", "w")]["metadata"]["annotations"][BINDING_ANNOTATION]
+
+
+def _stale_pin(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    bound_child(memory, "w", "translator")
+    memory.objects[("agentconfigs", "ns", "planner")]["spec"]["description"] = "edited"
+    configs.reconcile(memory, "ns", "planner")  # revision 2
+    resume(memory, "w")
+
+
+def _below_a_profile_run(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    started(memory, "researcher", parent="parent", profile="researcher")
+    memory.put("workers", worker("w", parent="researcher"))
+
+
+ROWS = {
+    "no AgentConfig: the run waits, with the reason": Row(
+        _no_config, "w", "Pending", "AgentConfigMissing", pod=False, outcome="retry"
+    ),
+    "no revision yet: the run waits": Row(
+        _no_revision, "w", "Pending", "NoActiveRevision", pod=False, outcome="retry"
+    ),
+    "a top-level run gets its pod": Row(_top_level, "w", "Pending", "Running", pod=True),
+    "the parent is gone": Row(
+        _parent_gone, "w", "Failed", "UnknownWorker", pod=False, events=("UnknownWorker",)
+    ),
+    "the pod was deleted under it": Row(
+        _pod_lost, "w", "Failed", "PodLost", pod=False, events=("PodLost",)
+    ),
+    "a pod of its name is someone else's": Row(
+        _foreign_pod, "w", "Failed", "PodConflict", pod=True, events=("PodConflict",)
+    ),
+    "killed before its pod": Row(
+        _killed_before_its_pod, "w", "Killed", "Killed", pod=False, events=("Killed",)
+    ),
+    "killed while running": Row(
+        _killed_running, "w", "Killed", "Killed", pod=False, events=("Killed",)
+    ),
+    "suspended: no pod yet": Row(_suspended, "w", "Pending", None, pod=False),
+    "a secret its agent does not allow": Row(
+        _secret_refused, "w", "Failed", "SecretNotAllowed", pod=False, events=("SecretNotAllowed",)
+    ),
+    "its pod failed": Row(
+        _pod_failed, "w", "Failed", "DeadlineExceeded", pod=True, events=("DeadlineExceeded",)
+    ),
+    "its pod succeeded": Row(_pod_succeeded, "w", "Done", "Running", pod=True),
+    "a spec that does not decode": Row(
+        _unreadable, "w", "Failed", "InvalidSpec", pod=False, events=("InvalidSpec",)
+    ),
+    "a profiled child is bound, then started": Row(
+        _profiled_child, "w", "Pending", "Running", pod=True
+    ),
+    "a profile not in the parent's map": Row(
+        _unknown_profile, "w", "Failed", "UnknownProfile", pod=False, events=("UnknownProfile",)
+    ),
+    "a sibling's binding": Row(
+        _sibling_binding, "w", "Failed", "TamperedBinding", pod=False, events=("TamperedBinding",)
+    ),
+    "a binding removed after binding": Row(
+        _binding_removed, "w", "Failed", "TamperedBinding", pod=False, events=("TamperedBinding",)
+    ),
+    "the agent moved on since the parent froze": Row(
+        _stale_pin, "w", "Failed", "StaleProfilePin", pod=False, events=("StaleProfilePin",)
+    ),
+    "below a profile run": Row(_below_a_profile_run, "w", "Pending", "Running", pod=True),
+}
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_a_worker_reconcile(row: Row) -> None:
+    memory = Memory()
+    row.scene(memory)
+    assert reconcile(memory, row.name) == row.outcome
+    assert reconcile(memory, row.name) == row.outcome  # and again: nothing changes twice
+    body = memory.find("workers", row.name)
+    assert body is not None
+    status = body.get("status") or {}
+    assert status.get("phase") == row.phase, status
+    ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+    assert (ready or {}).get("reason") == row.reason, status
+    assert (memory.find("pods", row.name) is not None) == row.pod
+    assert tuple(memory.reasons(row.name)) == row.events  # one Event per terminal transition
+    assert sum(1 for w in memory.writes if w == ("POST", "pods", row.name)) <= 1
+
+
+def test_a_top_level_run_freezes_the_active_revision_through_its_pod() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "w")
+    status = memory.find("workers", "w")["status"]  # type: ignore[index]
+    assert status["phase"] == "Running" and status["frozenRevision"]["revision"] == 1
+    pod = memory.find("pods", "w")
+    assert pod is not None
+    assert pod["spec"]["serviceAccountName"] == "worker-w"
+    role = memory.objects[("Role", "ns", "worker-w")]
+    assert next(r["resourceNames"] for r in role["rules"] if "resourceNames" in r) == ["w"]
+
+
+def test_a_bound_child_runs_its_profile_and_is_in_its_parent_s_role() -> None:
+    memory = Memory()
+    _profiled_child(memory)
+    reconcile(memory, "w")
+    body = memory.find("workers", "w")
+    assert body is not None
+    binding = json.loads(body["metadata"]["annotations"][BINDING_ANNOTATION])
+    assert binding["key"] == "reviewer" and body["status"]["binding"]["key"] == "reviewer"
+    assert [o["name"] for o in body["metadata"]["ownerReferences"]] == ["parent"]
+    env = {e["name"]: e["value"] for e in memory.find("pods", "w")["spec"]["containers"][0]["env"]}  # type: ignore[index]
+    assert json.loads(env["AGENTWORKERS_EFFECTIVE_CONFIG"])["model"] == "demo-small"
+    parent_role = memory.objects[("Role", "ns", "worker-parent")]
+    assert any(r.get("resourceNames") == ["w"] for r in parent_role["rules"])
+
+
+def test_below_a_profile_run_the_bounds_are_inherited() -> None:
+    memory = Memory()
+    _below_a_profile_run(memory)
+    reconcile(memory, "w")
+    status = memory.find("workers", "w")["status"]  # type: ignore[index]
+    assert status["inherited"] == {"worker": "researcher", "profile": "researcher"}
+    env = {e["name"]: e["value"] for e in memory.find("pods", "w")["spec"]["containers"][0]["env"]}  # type: ignore[index]
+    effective = json.loads(env["AGENTWORKERS_EFFECTIVE_CONFIG"])
+    assert effective["skills"] == ["research", "summarise"] and effective["maxSteps"] == 20
+
+
+def test_a_stale_write_is_retried_not_forced() -> None:
+    """The runtime wrote the status between our read and our write: our write is refused
+    (409) rather than undoing its report."""
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+    real_get = memory.get
+
+    def get_then_runtime_writes(plural: str, namespace: str, name: str) -> Any:
+        found = real_get(plural, namespace, name)
+        if plural == "workers" and name == "w":
+            memory.patch_status("workers", "ns", "w", {"lastEvent": "from the runtime"})
+        return found
+
+    memory.get = get_then_runtime_writes  # type: ignore[method-assign]
+    with pytest.raises(Exception, match="Conflict"):
+        workers.reconcile(memory, "ns", "w")
+    assert memory.find("workers", "w")["status"] == {"lastEvent": "from the runtime"}  # type: ignore[index]
