@@ -1,0 +1,186 @@
+"""Admission, one row per rule, against the in-memory repository: what is refused, with which
+reason and field, and what passes (with its warnings)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import pytest
+
+from agentworkers.controller import admission
+from agentworkers.spawning import BINDING_ANNOTATION
+from tests.unit.controller.memory import Memory
+from tests.unit.controller.test_worker_reconcile import (
+    CONFIG,
+    bound_child,
+    planner,
+    started,
+    worker,
+)
+
+OPERATOR = "system:serviceaccount:agentworkers-system:agentworkers"
+USER = "alice"
+
+
+def scene() -> Memory:
+    """The example agent at revision 1, a running parent and a bound child `child`."""
+    memory = Memory()
+    planner(memory)
+    started(memory, "parent")
+    bound_child(memory, "child", "translator")
+    return memory
+
+
+@dataclass(frozen=True)
+class Case:
+    body: dict[str, Any]
+    refused: str | None  # "Reason: field" the message starts with, or None: allowed
+    old: dict[str, Any] | None = None
+    user: str = USER
+    warning: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _with_binding(body: dict[str, Any], binding: str) -> dict[str, Any]:
+    body = copy.deepcopy(body)
+    body["metadata"]["annotations"] = {BINDING_ANNOTATION: binding}
+    return body
+
+
+def _child_binding(memory: Memory) -> str:
+    child = memory.find("workers", "child")
+    assert child is not None
+    return str(child["metadata"]["annotations"][BINDING_ANNOTATION])
+
+
+def worker_cases(memory: Memory) -> dict[str, Case]:
+    binding = _child_binding(memory)
+    child = memory.find("workers", "child")
+    assert child is not None
+    finished = copy.deepcopy(child)
+    finished["status"]["phase"] = "Done"
+    queried = copy.deepcopy(finished)
+    queried["spec"]["queries"] = ["one more"]
+    return {
+        "a plain top-level run": Case(worker("w"), None),
+        "an unknown agent waits, with a warning": Case(
+            {**worker("w"), "spec": {"agent": "nosuch"}}, None, warning="does not exist (yet)"
+        ),
+        "an unknown field": Case(worker("w", colour="red"), "InvalidSpec: spec.colour"),
+        "a secret the agent does not allow": Case(
+            worker("w", allowedSecrets=["root"]), "SecretNotAllowed: spec.allowedSecrets"
+        ),
+        "an unknown parent": Case(worker("w", parent="ghost"), "UnknownWorker: spec.parent"),
+        "a profile unknown to the parent's map": Case(
+            worker("w", parent="parent", profile="nope"), "UnknownProfile: spec.profile"
+        ),
+        "a profile below a profile run": Case(
+            worker("w", parent="child", profile="reviewer"), "ProfileRecursion: spec.profile"
+        ),
+        "a good profiled spawn": Case(worker("w", parent="parent", profile="reviewer"), None),
+        "a binding set at creation": Case(
+            _with_binding(worker("w", parent="parent", profile="translator"), binding),
+            f"TamperedBinding: metadata.annotations[{BINDING_ANNOTATION}]",
+        ),
+        "the operator binding a child": Case(
+            _with_binding(child, binding), None, old={**child, "metadata": {}}, user=OPERATOR
+        ),
+        "a user removing a binding": Case(
+            {**child, "metadata": {**child["metadata"], "annotations": {}}},
+            f"TamperedBinding: metadata.annotations[{BINDING_ANNOTATION}]",
+            old=child,
+        ),
+        "a user changing something else": Case(
+            {**child, "spec": {**child["spec"], "suspend": False}}, None, old=child
+        ),
+        "a runtime spawning for another parent": Case(
+            worker("w", parent="parent"),
+            "NotYourChild: spec.parent",
+            user="system:serviceaccount:ns:worker-child",
+        ),
+        "a runtime spawning its own child": Case(
+            worker("w", parent="child"), None, user="system:serviceaccount:ns:worker-child"
+        ),
+        "a query to a finished run": Case(queried, "WorkerFinished: spec.queries", old=finished),
+    }
+
+
+def _review(memory: Memory, case: Case) -> list[str]:
+    warnings: list[str] = []
+    body = copy.deepcopy(case.body)
+    body["metadata"].setdefault("namespace", "ns")
+    admission.validate_worker(memory, body, case.old, warnings, case.user, OPERATOR)
+    return warnings
+
+
+CASES = worker_cases(scene())
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_worker_review(name: str) -> None:
+    memory = scene()
+    case = worker_cases(memory)[name]
+    if case.refused is None:
+        warnings = _review(memory, case)
+        assert (case.warning is None) == (not warnings), warnings
+        if case.warning:
+            assert case.warning in warnings[0]
+        return
+    with pytest.raises(kopf.AdmissionError) as refused:
+        _review(memory, case)
+    assert str(refused.value).startswith(case.refused), str(refused.value)
+    assert refused.value.code == 422
+
+
+def _profile(key: str, **spec: Any) -> dict[str, Any]:
+    return {"agent": "planner", "key": key, **spec}
+
+
+@pytest.mark.parametrize(
+    ("spec", "refused"),
+    [
+        (_profile("fresh"), None),
+        (_profile("Bad Key"), "InvalidKey: spec.key"),
+        (_profile("k", overlay={"providers": ["x"]}), "InvalidSpec: spec.overlay.providers"),
+        (_profile("k", label="é" * 101), "InvalidProfile: spec.label"),
+        (_profile("researcher"), "DuplicateKey: VirtualAgentProfile/p: spec.key"),
+    ],
+)
+def test_a_profile_review(spec: dict[str, Any], refused: str | None) -> None:
+    memory = scene()
+    warnings: list[str] = []
+    if refused is None:
+        admission.validate_profile(memory, spec, "p", "ns", warnings)
+        return
+    with pytest.raises(kopf.AdmissionError) as error:
+        admission.validate_profile(memory, spec, "p", "ns", warnings)
+    assert str(error.value).startswith(refused), str(error.value)
+
+
+def test_a_profile_past_the_cap_is_refused_and_one_the_section_overrides_is_warned() -> None:
+    memory = scene()
+    config = memory.objects[("agentconfigs", "ns", "planner")]
+    config["spec"]["virtualAgents"]["maxProfiles"] = 3  # reviewer + researcher + translator
+    with pytest.raises(kopf.AdmissionError, match="TooManyProfiles: VirtualAgentProfile/p"):
+        admission.validate_profile(memory, _profile("fourth"), "p", "ns", [])
+    warnings: list[str] = []
+    admission.validate_profile(memory, _profile("reviewer"), "p", "ns", warnings)
+    assert "virtualAgents section declares key 'reviewer'; it wins" in warnings[0]
+
+
+def test_an_agent_config_review() -> None:
+    memory = scene()
+    spec = copy.deepcopy(CONFIG["spec"])
+    admission.validate_agent_config(memory, spec, "planner", "ns")
+    spec["instructions"] = "é" * 8193
+    with pytest.raises(kopf.AdmissionError, match=r"InvalidSpec: spec\.instructions: .*16384"):
+        admission.validate_agent_config(memory, spec, "planner", "ns")
+
+
+def test_only_the_operator_writes_revisions() -> None:
+    admission.validate_revision(OPERATOR, OPERATOR)
+    with pytest.raises(kopf.AdmissionError, match="RevisionWriteRefused"):
+        admission.validate_revision(USER, OPERATOR)
