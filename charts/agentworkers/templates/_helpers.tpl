@@ -27,10 +27,25 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{- define "agentworkers.selectorLabels" -}}
+{{/* Every pod of the release (the metrics Service scrapes both roles). */}}
+{{- define "agentworkers.releaseSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "agentworkers.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: operator
+{{- end -}}
+
+{{/* The pods of one Deployment: (list $ component); "operator" is the controller's. */}}
+{{- define "agentworkers.componentSelectorLabels" -}}
+{{ include "agentworkers.releaseSelectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "agentworkers.selectorLabels" -}}
+{{ include "agentworkers.componentSelectorLabels" (list . "operator") }}
+{{- end -}}
+
+{{/* Whether admission runs in a Deployment of its own (admission.replicas > 0). */}}
+{{- define "agentworkers.admissionSplit" -}}
+{{- if and .Values.webhook.enabled (gt (int .Values.admission.replicas) 0) -}}true{{- end -}}
 {{- end -}}
 
 {{- define "agentworkers.labels" -}}
@@ -138,8 +153,9 @@ operator
 
 {{/* Checks no schema can express: fail the install with a sentence saying what to do. */}}
 {{- define "agentworkers.validate" -}}
-{{- if and (gt (int .Values.replicas) 1) .Values.webhook.enabled (eq (include "agentworkers.tlsMode" .) "operator") -}}
-{{- fail "replicas > 1 with the webhook on needs one certificate for every replica: set webhook.certManager.enabled=true or webhook.tls.secretName (each replica's own self-signed certificate would fight over the webhook's caBundle)" -}}
+{{- $serving := ternary .Values.admission.replicas .Values.replicas (eq (include "agentworkers.admissionSplit" .) "true") -}}
+{{- if and (gt (int $serving) 1) .Values.webhook.enabled (eq (include "agentworkers.tlsMode" .) "operator") -}}
+{{- fail "more than one replica serving the webhook needs one certificate for every replica: set webhook.certManager.enabled=true or webhook.tls.secretName (each replica's own self-signed certificate would fight over the webhook's caBundle)" -}}
 {{- end -}}
 {{- if and (gt (int .Values.replicas) 1) (include "agentworkers.hasGlobs" .) -}}
 {{- fail "replicas > 1 with glob watchNamespaces: kopf needs a KopfPeering object in every watched namespace, which the chart cannot know in advance; list the namespaces or run one replica" -}}

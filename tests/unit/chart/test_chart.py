@@ -53,8 +53,15 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
     return {name: render(name) for name in VALUE_SETS}
 
 
-def deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(objects, "Deployment")
+def deployment(objects: list[dict[str, Any]], component: str = "operator") -> dict[str, Any]:
+    """The controller's Deployment (or, with admission split off, the admission one)."""
+    found = [
+        d
+        for d in find(objects, "Deployment")
+        if d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == component
+    ]
+    assert len(found) == 1, [d["metadata"]["name"] for d in find(objects, "Deployment")]
+    return found[0]
 
 
 def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -153,9 +160,7 @@ def test_probes_call_kopfs_liveness_endpoint(
 def test_the_operator_accepts_its_arguments(
     rendered: dict[str, list[dict[str, Any]]], value_set: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Deployment's arguments parse with the real CLI: no flag the operator lacks."""
-    c = container(rendered[value_set])
-    assert c["image"] == "ghcr.io/agentworkers/agentworkers:0.1.0"
+    """Each Deployment's arguments parse with the real CLI: no flag the operator lacks."""
     seen: list[argparse.Namespace] = []
 
     def fake_operator(args: argparse.Namespace) -> int:
@@ -163,14 +168,16 @@ def test_the_operator_accepts_its_arguments(
         return 0
 
     monkeypatch.setattr(cli, "_operator", fake_operator)
-    assert cli.main(c["args"]) == 0
-    assert len(seen) == 1
-    parsed = seen[0]
-    if "--no-webhook" not in c["args"]:
-        assert parsed.webhook_addr == "0.0.0.0"
-        assert str(parsed.tls_dir) == next(
-            m["mountPath"] for m in c["volumeMounts"] if m["name"] == "webhook-tls"
-        )
+    for made in find(rendered[value_set], "Deployment"):
+        [c] = made["spec"]["template"]["spec"]["containers"]
+        assert c["image"] == "ghcr.io/agentworkers/agentworkers:0.1.0"
+        assert cli.main(c["args"]) == 0
+        parsed = seen[-1]
+        if any(a.startswith("--webhook-port") for a in c["args"]):
+            assert parsed.webhook_addr == "0.0.0.0"
+            assert str(parsed.tls_dir) == next(
+                m["mountPath"] for m in c["volumeMounts"] if m["name"] == "webhook-tls"
+            )
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
@@ -374,6 +381,33 @@ def test_webhook_configuration_name_is_per_release() -> None:
     [config] = find(objects, "ValidatingWebhookConfiguration")
     assert config["metadata"]["name"] == "other-agentworkers.agentworkers.io"
     assert "webhooks" not in config
+
+
+def test_admission_in_a_deployment_of_its_own(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["admission"]
+    controller, admission = deployment(objects), deployment(objects, "admission")
+    controller_args = controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    admission_args = admission["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--role=controller" in controller_args
+    assert not any(a.startswith("--webhook") for a in controller_args)
+    assert "--role=admission" in admission_args and "--webhook-port=9443" in admission_args
+    assert not any(a.startswith("--peering") for a in admission_args)  # every replica answers
+    assert admission["spec"]["replicas"] == 2
+    assert admission["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    # The webhook's Service reaches the admission pods; metrics reach both.
+    webhook = one(objects, "Service", f"{FULLNAME}-webhook")
+    assert webhook["spec"]["selector"]["app.kubernetes.io/component"] == "admission"
+    metrics = one(objects, "Service", f"{FULLNAME}-metrics")
+    assert "app.kubernetes.io/component" not in metrics["spec"]["selector"]
+    [budget] = [
+        p for p in find(objects, "PodDisruptionBudget") if "admission" in p["metadata"]["name"]
+    ]
+    assert budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "admission"
+
+
+def test_two_admission_replicas_need_one_certificate() -> None:
+    with pytest.raises(AssertionError, match="one certificate for every replica"):
+        render(sets={"admission.replicas": "2"})
 
 
 def _hours(duration: str) -> float:
