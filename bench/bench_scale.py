@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -452,6 +453,9 @@ def main() -> int:
     )
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
+    # Stopped early, it still stops its operators and takes their webhooks along: a
+    # webhook left behind would refuse every write of agentworkers objects (fail closed).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     cluster = local_cluster()
     install_crds(cluster)

@@ -298,11 +298,13 @@ def test_namespaced_install_is_confined_to_its_namespaces(
 
 
 def test_everything_on_is_accepted(cluster: Cluster, namespace: str, release_factory: Any) -> None:
-    """Peering (3 replicas), cert-manager, the workers' NetworkPolicy, ServiceMonitor and
-    dashboard, namespaced: what the cluster serves is applied, the rest is named."""
+    """Peering (3 replicas), admission in its own Deployment (2 replicas), cert-manager, the
+    workers' NetworkPolicy, ServiceMonitor and dashboard, namespaced: what the cluster serves
+    is applied, the rest is named."""
     release = release_factory(
         namespace,
         "peering",
+        "admission",
         "networkpolicy",
         "servicemonitor",
         watchNamespaces=f"{{{namespace}}}",
@@ -324,6 +326,12 @@ def test_everything_on_is_accepted(cluster: Cluster, namespace: str, release_fac
     assert policy["spec"]["podSelector"]["matchExpressions"][0]["key"] == "agentworkers.io/worker"
     deployment = cluster.kubectl_json("get", "deployment", release.fullname, "-n", namespace)
     assert deployment["spec"]["replicas"] == 3
+    admission = cluster.kubectl_json(
+        "get", "deployment", f"{release.fullname}-admission", "-n", namespace
+    )
+    assert admission["spec"]["replicas"] == 2
+    webhook = cluster.kubectl_json("get", "service", f"{release.fullname}-webhook", "-n", namespace)
+    assert webhook["spec"]["selector"]["app.kubernetes.io/component"] == "admission"
 
 
 def test_gitops_overlays_are_accepted(cluster: Cluster, namespace: str) -> None:
