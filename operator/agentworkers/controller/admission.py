@@ -19,7 +19,7 @@ from agentworkers import metrics
 from agentworkers.access import worker_of
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import workers
+from agentworkers.controller import lineage
 from agentworkers.errors import (
     ForeignRevisionError,
     NotYourChildError,
@@ -156,7 +156,7 @@ def validate_worker(
         return
     parent_body = storage.get("workers", namespace, worker.parent or "")
     try:
-        parent, _ = workers.parent_run(storage, namespace, parent_body)
+        parent, _ = lineage.parent_run(storage, namespace, parent_body)
     except VirtualAgentError as e:
         raise _refuse_spawn(e) from e
     frozen_revision = (

@@ -31,8 +31,9 @@ from agentworkers.api.worker import (
     WorkerStatus,
 )
 from agentworkers.conditions import Status, now, set_condition
+from agentworkers.controller import lineage
 from agentworkers.effective import EffectiveConfig, inherit, resolve
-from agentworkers.errors import SecretNotAllowedError, UnknownWorkerError, describe
+from agentworkers.errors import SecretNotAllowedError, describe
 from agentworkers.pods import AGENT_LABEL, build_pod, owned_by, pod_name
 from agentworkers.spawning import (
     BINDING_ANNOTATION,
@@ -54,8 +55,6 @@ STARTED = "Started"
 BOUND = "ProfileBound"
 KILLED = "Killed"
 FROZEN_ANNOTATION = "agentworkers.io/frozen-revision"
-# How far up a parent chain the operator looks for a profile run (a bound on the reads).
-MAX_ANCESTRY = 64
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
@@ -190,7 +189,7 @@ def _step(storage: Repository, worker: Worker) -> None:
         raise RunFailedError(
             "UnknownWorker", f"parent worker {worker.spec.parent!r} does not exist"
         )
-    parent, ancestor = parent_run(storage, worker.namespace, parent_body)
+    parent, ancestor = lineage.parent_run(storage, worker.namespace, parent_body)
     if worker.spec.profile and not worker.status.pod:
         # Until the run starts, every pass checks the binding is the one written for it.
         annotation = worker.annotations.get(BINDING_ANNOTATION)
@@ -262,51 +261,6 @@ def _bind(
         "Bound",
         f"profile {binding.key!r} pinned to revision {binding.config_revision_id}",
     )
-
-
-def parent_run(
-    storage: Repository, namespace: str, parent_body: dict[str, Any] | None
-) -> tuple[ParentRun | None, dict[str, Any] | None]:
-    """What a spawn is checked against: the parent run, and the profile run (the parent
-    itself or an ancestor) that bounds it, if any."""
-    if parent_body is None:
-        return None, None
-    ancestor = profile_ancestor(storage, namespace, parent_body)
-    bounded_by = (
-        InheritedBounds(worker=ancestor["metadata"]["name"], profile=ancestor["spec"]["profile"])
-        if ancestor is not None
-        else None
-    )
-    parent = ParentRun(
-        name=parent_body["metadata"]["name"],
-        agent=(parent_body.get("spec") or {}).get("agent", ""),
-        frozen=load(parent_body).status.frozen_revision,
-        bounded_by=bounded_by,
-    )
-    return parent, ancestor
-
-
-def profile_ancestor(
-    storage: Repository, namespace: str, body: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The nearest Worker from `body` up its parent chain that runs under a profile.
-
-    A missing link fails closed: what cannot be shown unbounded is not treated as such.
-    """
-    for _ in range(MAX_ANCESTRY):
-        spec = body.get("spec") or {}
-        if spec.get("profile"):
-            return body
-        if not spec.get("parent"):
-            return None
-        found = storage.get("workers", namespace, spec["parent"])
-        if found is None:
-            raise UnknownWorkerError(
-                "spec.parent",
-                f"worker {spec['parent']!r}, an ancestor of this run, does not exist",
-            )
-        body = found
-    raise UnknownWorkerError("spec.parent", f"the parent chain is longer than {MAX_ANCESTRY}")
 
 
 def _adopt(
