@@ -33,7 +33,6 @@ from agentworkers.client import (
     WaitTimeoutError,
     WorkerNameConflictError,
 )
-from agentworkers.controller.options import Options
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_TIMEOUT = range(6)
 EXIT_INTERRUPTED = 130
@@ -43,7 +42,9 @@ def _operator(args: argparse.Namespace) -> int:
     import kopf  # noqa: PLC0415 (only the operator needs it)
     import prometheus_client  # noqa: PLC0415
 
+    # The operator's imports (kopf, aiohttp, cryptography) stay out of every other verb.
     from agentworkers.controller import kopf_fixes, kopf_settings, startup  # noqa: PLC0415
+    from agentworkers.controller.options import Options  # noqa: PLC0415
 
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
