@@ -208,11 +208,12 @@ def _step(storage: Repository, worker: Worker) -> None:
 
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is None and worker.status.pod:
-        if storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True) is None:
+        # The store may not have seen the pod (yet): the API decides before the run fails.
+        pod = storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True)
+        if pod is None:
             raise RunFailedError(
                 "PodLost", f"pod {worker.status.pod} was deleted before the run ended"
             )
-        pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is None:
         pod = _start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
