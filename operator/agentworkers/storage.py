@@ -84,7 +84,7 @@ class Repository(Protocol):
         self, namespace: str, name: str, *, confirm: bool = False
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
-    def delete_pod(self, namespace: str, name: str) -> None: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
@@ -362,15 +362,13 @@ class Storage:
             raise Conflict(f"a pod named {name} exists and is not this worker's")
         return existing
 
-    def delete_pod(self, namespace: str, name: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the pod of this uid now; gone already, or another pod by now: nothing to do."""
+        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
-            self._request(
-                "DELETE",
-                f"/api/v1/namespaces/{namespace}/pods/{name}",
-                query=[("gracePeriodSeconds", "0")],
-            )
+            self._request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", options)
         except ApiException as e:
-            if e.status != 404:
+            if e.status not in (404, 409):  # 409: the uid precondition failed
                 raise
 
     # --- a worker runtime's own account ------------------------------------

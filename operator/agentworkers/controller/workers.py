@@ -404,7 +404,10 @@ def kill(storage: Repository, worker: Worker) -> None:
     message = f"killed{who}: {worker.spec.kill.reason}"
     worker.condition(KILLED, "Unknown", "Killing", message)
     worker.save(storage, worker.body.get("status") or {})
-    storage.delete_pod(worker.namespace, pod_name(worker.name))
+    pod = storage.get_pod(worker.namespace, pod_name(worker.name))
+    if pod is not None and owned_by(pod, worker.body["metadata"]["uid"]):
+        # Only this run's pod, and only the one we saw (a precondition on its uid).
+        storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
     worker.update(phase="Killed", error=worker.spec.kill.reason, last_event=message)
     worker.condition(KILLED, "True", "Killed", message)
     worker.condition(READY, "False", "Killed", message)
@@ -441,6 +444,7 @@ def _fail_unparsed(storage: Repository, body: dict[str, Any], error: VirtualAgen
 
 def deleted(storage: Repository, body: dict[str, Any]) -> None:
     """Deleting a Worker is a kill, unless it was collected or had already ended."""
+    _locks.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
     metrics.PHASES.observe(body["metadata"]["uid"], None)
     phase = (body.get("status") or {}).get("phase")
     collected = (body["metadata"].get("annotations") or {}).get(COLLECTED_ANNOTATION)

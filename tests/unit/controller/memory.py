@@ -151,8 +151,10 @@ class Memory:
         self.writes.append(("POST", "pods", meta["name"]))
         return self.put("pods", pod)
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        if self.objects.pop(("pods", namespace, name), None) is not None:
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        pod = self.objects.get(("pods", namespace, name))
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
 
     def ensure_access(self, objects: list[Body]) -> bool:

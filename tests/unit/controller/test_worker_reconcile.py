@@ -129,6 +129,12 @@ def _killed_running(memory: Memory) -> None:
     memory.objects[("workers", "ns", "w")]["spec"]["kill"] = {"reason": "enough"}
 
 
+def _killed_with_a_foreign_pod(memory: Memory) -> None:
+    planner(memory)
+    memory.put("pods", {"metadata": {"name": "w", "ownerReferences": [{"uid": "other"}]}})
+    memory.put("workers", worker("w", kill={"reason": "not needed"}))
+
+
 def _suspended(memory: Memory) -> None:
     planner(memory)
     memory.put("workers", worker("w", suspend=True))
@@ -223,6 +229,9 @@ ROWS = {
     ),
     "killed while running": Row(
         _killed_running, "w", "Killed", "Killed", pod=False, events=("Killed",)
+    ),
+    "killed, with someone else's pod of its name (left alone)": Row(
+        _killed_with_a_foreign_pod, "w", "Killed", "Killed", pod=True, events=("Killed",)
     ),
     "suspended: no pod yet": Row(_suspended, "w", "Pending", None, pod=False),
     "a secret its agent does not allow": Row(
