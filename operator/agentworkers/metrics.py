@@ -46,6 +46,11 @@ POD_LATENCY = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
 )
 WORKERS = Gauge("agentworkers_workers", "Workers this operator tracks, by phase.", ["phase"])
+STORE_OBJECTS = Gauge(
+    "agentworkers_store_objects",
+    "Objects in the operator's watch-fed store, by kind (its memory grows with them).",
+    ["kind"],
+)
 
 
 class PhaseTracker:

@@ -12,16 +12,17 @@ forget them already (one handler fewer per event).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import kopf
 
-from agentworkers import kube
+from agentworkers import kube, metrics
 from agentworkers.api import GROUP, VERSION
 from agentworkers.controller import kopf_settings
 from agentworkers.controller.options import Options
 from agentworkers.controller.tls import CertificateWatch
-from agentworkers.kube.store import Store
+from agentworkers.kube.store import TRIM, Store
 from agentworkers.pods import WORKER_LABEL
 from agentworkers.storage import Storage
 
@@ -65,6 +66,8 @@ def configure(
     logger.info("operating as %s", memo.identity)
     memo.store = Store()
     memo.storage = Storage(memo.api, memo.store)
+    for plural in TRIM:
+        metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
 
 
 @kopf.on.cleanup()

@@ -116,13 +116,6 @@ class Store:
 
     # --- feeding ---------------------------------------------------------------------
 
-    def observe(self, plural: str, event: str | None, body: Mapping[str, Any]) -> None:
-        """One watch event (`None`: the initial listing) of a kind the store keeps."""
-        if event == "DELETED":
-            self.forget(plural, body)
-        else:
-            self.wrote(plural, body)
-
     def wrote(self, plural: str, body: Mapping[str, Any]) -> None:
         """An object as the API server returned it (a watch event or our own write)."""
         trimmed = TRIM[plural](body)
@@ -183,9 +176,10 @@ class Store:
         with self._lock:
             return sorted(self._children.get((namespace, parent), ()))
 
-    def sizes(self) -> dict[str, int]:
+    def size(self, plural: str) -> int:
+        """How many objects of a kind the store holds (the `agentworkers_store_objects` gauge)."""
         with self._lock:
-            return {plural: len(objects) for plural, objects in self._objects.items()}
+            return len(self._objects[plural])
 
 
 def _copy(value: Any) -> Any:

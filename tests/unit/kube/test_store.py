@@ -32,7 +32,7 @@ def worker(name: str, rv: str, parent: str | None = None, **status: Any) -> dict
 
 def test_what_is_kept_is_what_a_reconcile_reads() -> None:
     store = Store()
-    store.observe("workers", None, worker("a", "5"))
+    store.wrote("workers", worker("a", "5"))
     kept = store.get("workers", "ns", "a")
     assert kept is not None
     assert kept["spec"] == {"agent": "planner"}
@@ -58,27 +58,27 @@ def test_what_is_kept_is_what_a_reconcile_reads() -> None:
 def test_a_late_event_does_not_undo_our_write() -> None:
     store = Store()
     store.wrote("workers", worker("a", "7", pod="a"))  # our status write, returned at 7
-    store.observe("workers", "MODIFIED", worker("a", "6"))  # the watch catches up late
+    store.wrote("workers", worker("a", "6"))  # the watch catches up late
     assert store.get("workers", "ns", "a")["status"]["pod"] == "a"  # type: ignore[index]
-    store.observe("workers", "MODIFIED", worker("a", "8"))
+    store.wrote("workers", worker("a", "8"))
     assert "pod" not in store.get("workers", "ns", "a")["status"]  # type: ignore[index]
 
 
 def test_indexes_follow_adds_moves_and_deletes() -> None:
     store = Store()
     for name, parent in (("p", None), ("c1", "p"), ("c2", "p"), ("g", "c1")):
-        store.observe("workers", "ADDED", worker(name, "1", parent))
+        store.wrote("workers", worker(name, "1", parent))
     assert store.children("ns", "p") == ["c1", "c2"]
     assert store.children("ns", "c1") == ["g"]
     assert [w["metadata"]["name"] for w in store.of_agent("workers", "ns", "planner")] == [
         "c1", "c2", "g", "p",
     ]  # fmt: skip
-    store.observe("workers", "DELETED", worker("c2", "2", "p"))
+    store.forget("workers", worker("c2", "2", "p"))
     assert store.children("ns", "p") == ["c1"]
     assert store.get("workers", "ns", "c2") is None
-    store.observe("workers", "DELETED", worker("c1", "2", "p"))
+    store.forget("workers", worker("c1", "2", "p"))
     assert store.children("ns", "p") == []
-    assert store.sizes()["workers"] == 2
+    assert store.size("workers") == 2
 
 
 def test_a_caller_cannot_change_what_is_kept() -> None:
