@@ -48,7 +48,7 @@ typecheck: $(BIN)/.installed
 	$(BIN)/mypy
 
 crds: $(BIN)/.installed ## regenerate crds/ (and the chart's copy) from the models
-	$(BIN)/python -m agentworkers.crdgen crds
+	$(BIN)/python -m agentworkers.api.crdgen crds
 	cp crds/*.yaml charts/agentworkers/crds/
 
 helm: ## build helm from Go modules (cached)

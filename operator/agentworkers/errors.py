@@ -1,4 +1,13 @@
-"""Turning refusals into messages that name the field and the rule."""
+"""The errors agentworkers raises on purpose, under one root, and how a refusal is worded.
+
+Every error carries a machine-readable ``reason`` (the CamelCase word a condition, an
+Event or an admission refusal uses), the ``field`` it concerns (empty when no single
+field) and the ``rule`` it broke, in words; ``str(error)`` is ``"<field>: <rule>"``.
+
+The profile rules are the virtualagent port's, and its ``VirtualAgentError`` has the same
+three attributes; the port stays unchanged, so the edges that report a refusal (admission,
+conditions, Events, the client) take either: `REFUSALS` is what they catch.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +17,123 @@ from pydantic.alias_generators import to_camel
 from agentworkers.virtualagent import VirtualAgentError
 
 
-class InvalidSpecError(VirtualAgentError):
+class AgentWorkersError(Exception):
+    """Root of the operator's, the client's and the repository's errors."""
+
+    reason: str = "Error"
+
+    def __init__(self, rule: str, field: str = "", *, reason: str | None = None) -> None:
+        self.field = field
+        self.rule = rule
+        if reason is not None:
+            self.reason = reason
+        super().__init__(f"{field}: {rule}" if field else rule)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses' constructors differ; copying or pickling restores the attributes.
+        return _rebuild, (type(self), str(self), self.__dict__)
+
+
+def _rebuild(cls: type[AgentWorkersError], message: str, state: dict[str, object]) -> Exception:
+    error = Exception.__new__(cls, message)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+# What an edge reports as a refusal: ours, or the port's profile rules.
+REFUSALS = (AgentWorkersError, VirtualAgentError)
+Refusal = AgentWorkersError | VirtualAgentError
+
+
+# --- refusals of the operator (admission and handlers alike) --------------------------
+
+
+class InvalidSpecError(AgentWorkersError):
     """A spec that does not even decode: a wrong type or an unknown field."""
 
     reason = "InvalidSpec"
 
 
-class UnknownWorkerError(VirtualAgentError):
+class NotFoundError(AgentWorkersError, LookupError):
+    """No such object: a worker, an agent, a revision or a profile."""
+
+    reason = "NotFound"
+
+
+class UnknownWorkerError(NotFoundError):
+    """No worker by that name (a parent, an ancestor, a client's target)."""
+
     reason = "UnknownWorker"
 
 
-class WorkerFinishedError(VirtualAgentError):
+class WorkerFinishedError(AgentWorkersError):
+    """The run has ended; it takes no more queries."""
+
     reason = "WorkerFinished"
 
 
-class NotYourChildError(VirtualAgentError):
+class NotYourChildError(AgentWorkersError):
+    """A runtime wrote a Worker that is neither itself nor one of its children."""
+
     reason = "NotYourChild"
 
 
-class SecretNotAllowedError(VirtualAgentError):
+class SecretNotAllowedError(AgentWorkersError):
+    """A Worker names an API-key Secret its AgentConfig does not allow."""
+
     reason = "SecretNotAllowed"
 
 
-class TooManyProfilesError(VirtualAgentError):
+class TooManyProfilesError(AgentWorkersError):
     """A standalone profile that came after the agent's map was full."""
 
     reason = "TooManyProfiles"
 
 
-class DuplicateKeyError(VirtualAgentError):
+class DuplicateKeyError(AgentWorkersError):
     """A standalone profile whose key an older standalone profile already declares."""
 
     reason = "DuplicateKey"
 
 
-class ForeignRevisionError(VirtualAgentError):
+class ForeignRevisionError(AgentWorkersError):
+    """Somebody other than the operator wrote an AgentConfigRevision."""
+
     reason = "RevisionWriteRefused"
+
+
+class RunFailedError(AgentWorkersError):
+    """A run that cannot go on; `reason` is the condition's (PodLost, PodConflict, ...)."""
+
+    reason = "RunFailed"
+
+
+# --- the API, as the repository reports it ---------------------------------------------
+
+
+class ApiError(AgentWorkersError):
+    """The API server refused a request (`status`; its message says why), or could not be
+    reached (`status` None). A refusal with details (our admission webhook's, or the
+    schema's) comes with its first `cause`: reason, field and rule, read back."""
+
+    reason = "ApiError"
+
+    def __init__(
+        self, rule: str, status: int | None = None, cause: AgentWorkersError | None = None
+    ) -> None:
+        super().__init__(rule)
+        self.status = status
+        self.cause = cause
+
+
+class ConfigError(AgentWorkersError):
+    """No usable kubeconfig (nor in-cluster service account)."""
+
+    reason = "ConfigError"
+
+
+# --- wording ------------------------------------------------------------------------------
 
 
 def _segment(part: str | int) -> str:
@@ -63,4 +153,4 @@ def describe(error: ValidationError, prefix: str = "spec") -> InvalidSpecError:
         problems.append((path, rule))
     path, rule = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return InvalidSpecError(path, rule + more)
+    return InvalidSpecError(rule + more, path)

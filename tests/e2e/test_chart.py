@@ -207,7 +207,7 @@ def test_the_operator_grants_a_worker_only_its_own_worker(
     """The operator's account creates a worker's ServiceAccount, Role and RoleBinding (RBAC
     refuses to let anyone grant what it does not hold), and that account can do nothing
     but read and report on its own Worker and spawn and manage its children."""
-    access = pytest.importorskip("agentworkers.access")
+    access = pytest.importorskip("agentworkers.core.access")
     release = release_factory(namespace)
     release.apply()
     worker = f"planner-{uuid.uuid4().hex[:4]}"

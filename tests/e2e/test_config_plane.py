@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
-from agentworkers.revisions import Standalone, digest, effective_map
+from agentworkers.core.revisions import Standalone, digest, effective_map
 from agentworkers.virtualagent import Overlay
 from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, wait_until
 

@@ -14,6 +14,7 @@ from agentworkers.client import (
     Client,
     CollectTimeoutError,
     UnknownWorkerError,
+    WorkerFinishedError,
     WorkerNameConflictError,
 )
 from agentworkers.virtualagent import Binding
@@ -406,8 +407,10 @@ def test_a_query_to_a_finished_worker_is_refused(
     assert "spec.queries is append-only" in refused.stderr
     client.kill("short", reason="done with it")
     _phase(cluster, namespace, "short", "Killed")
-    with pytest.raises(Exception, match="WorkerFinished"):
+    # Told by the reason the admission refusal carries, not by its words.
+    with pytest.raises(WorkerFinishedError, match="the run is Killed") as refused:
         client.query("short", "too late")
+    assert refused.value.field == "spec.queries"
 
 
 def test_an_operator_restart_mid_spawn_leaves_one_pod_per_worker(

@@ -1,6 +1,6 @@
 """The agentworkers custom resources: pydantic models of their specs and statuses.
 
-`RESOURCES` describes each one for the CRD generator (`agentworkers.crdgen`): kind,
+`RESOURCES` describes each one for the CRD generator (`agentworkers.api.crdgen`): kind,
 names, printer columns and the CEL rules that the models alone cannot carry.
 """
 

@@ -15,7 +15,6 @@ TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
 # Phases collect returns at: the run has nothing more to say until it is asked again.
 SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
 # Set by a client's collect before it deletes the Worker: that deletion is no kill.
-COLLECTED_ANNOTATION = "agentworkers.io/collected"
 # Status fields only a run's runtime writes (the operator neither reads nor keeps them).
 RUNTIME_STATUS: frozenset[str] = frozenset({"events", "output"})
 MAX_QUERIES = 256

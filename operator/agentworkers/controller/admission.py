@@ -12,31 +12,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kopf
+from prometheus_client import Counter
 from pydantic import ValidationError
 
-from agentworkers import metrics
-from agentworkers.access import worker_of
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import lineage
+from agentworkers.controller import lineage, metrics
+from agentworkers.controller.kopf_fixes import Refused
+from agentworkers.core.access import worker_of
+from agentworkers.core.checks import check_secrets
+from agentworkers.core.revisions import (
+    Standalone,
+    check_standalone,
+    effective_map,
+    standalone_source,
+)
+from agentworkers.core.spawning import check_binding_write, check_spawn
 from agentworkers.errors import (
+    REFUSALS,
     ForeignRevisionError,
     NotYourChildError,
+    Refusal,
     SecretNotAllowedError,
     UnknownWorkerError,
     WorkerFinishedError,
     describe,
 )
-from agentworkers.revisions import Standalone, check_standalone, effective_map, standalone_source
-from agentworkers.spawning import check_binding_write, check_spawn
-from agentworkers.storage import Repository
-from agentworkers.virtualagent import VirtualAgentError
+from agentworkers.kube.repository import Repository
 
 
-def _refuse(error: VirtualAgentError) -> kopf.AdmissionError:
-    metrics.CONFIG_REFUSALS.labels(reason=error.reason, stage="admission").inc()
-    return kopf.AdmissionError(f"{error.reason}: {error}", code=422)
+def _refuse(error: Refusal, counter: Counter = metrics.CONFIG_REFUSALS) -> Refused:
+    counter.labels(reason=error.reason, stage="admission").inc()
+    return Refused(error)
 
 
 def _standalone(
@@ -63,7 +70,7 @@ def validate_agent_config(
         effective_map(name, config, _standalone(storage, namespace, name))
     except ValidationError as e:
         raise _refuse(describe(e)) from e
-    except VirtualAgentError as e:
+    except REFUSALS as e:
         raise _refuse(e) from e
 
 
@@ -93,7 +100,7 @@ def validate_profile(
             raise effective.excluded[name]
     except ValidationError as e:
         raise _refuse(describe(e)) from e
-    except VirtualAgentError as e:
+    except REFUSALS as e:
         raise _refuse(e) from e
     if name in effective.overridden:
         warnings.append(
@@ -118,15 +125,15 @@ def validate_worker(
         worker = WorkerSpec.model_validate(body.get("spec") or {})
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
-    except VirtualAgentError as e:
+    except REFUSALS as e:
         raise _refuse_spawn(e) from e
     spawner = worker_of(username, namespace)
     if old is None and spawner is not None and worker.parent != spawner:
         # A runtime's credentials spawn only its own children.
         raise _refuse_spawn(
             NotYourChildError(
-                "spec.parent",
-                f"worker {spawner} may only spawn workers whose parent is {spawner}, "
+                field="spec.parent",
+                rule=f"worker {spawner} may only spawn workers whose parent is {spawner}, "
                 f"not {worker.parent or 'none'}",
             )
         )
@@ -137,27 +144,24 @@ def validate_worker(
     if config_body is None:
         warnings.append(f"AgentConfig {worker.agent!r} does not exist (yet); the run waits for it")
     else:
-        allowed = set((config_body.get("spec") or {}).get("allowedSecrets") or ())
-        refused = sorted(set(worker.allowed_secrets) - allowed)
-        if refused:
-            raise _refuse_spawn(
-                SecretNotAllowedError(
-                    "spec.allowedSecrets",
-                    f"AgentConfig {worker.agent} does not allow secret(s) {', '.join(refused)}",
-                )
-            )
+        try:
+            check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
+        except SecretNotAllowedError as e:
+            raise _refuse_spawn(e) from e
     if (
         worker.parent
         and not worker.profile
         and storage.get("workers", namespace, worker.parent) is None
     ):
-        raise _refuse_spawn(UnknownWorkerError("spec.parent", f"no worker named {worker.parent!r}"))
+        raise _refuse_spawn(
+            UnknownWorkerError(field="spec.parent", rule=f"no worker named {worker.parent!r}")
+        )
     if not worker.profile:
         return
     parent_body = storage.get("workers", namespace, worker.parent or "")
     try:
         parent, _ = lineage.parent_run(storage, namespace, parent_body)
-    except VirtualAgentError as e:
+    except REFUSALS as e:
         raise _refuse_spawn(e) from e
     frozen_revision = (
         storage.revision_spec(namespace, parent.frozen.name) if parent and parent.frozen else None
@@ -167,7 +171,7 @@ def validate_worker(
         live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
     try:
         check_spawn(worker, parent, frozen_revision, live)
-    except VirtualAgentError as e:
+    except REFUSALS as e:
         raise _refuse_spawn(e) from e
 
 
@@ -177,14 +181,13 @@ def _validate_worker_update(worker: WorkerSpec, old: dict[str, Any]) -> None:
     if len(worker.queries) > len(old_queries) and phase in TERMINAL_PHASES:
         raise _refuse_spawn(
             WorkerFinishedError(
-                "spec.queries", f"the run is {phase}; a finished worker takes no query"
+                field="spec.queries", rule=f"the run is {phase}; a finished worker takes no query"
             )
         )
 
 
-def _refuse_spawn(error: VirtualAgentError) -> kopf.AdmissionError:
-    metrics.SPAWN_REFUSALS.labels(reason=error.reason, stage="admission").inc()
-    return kopf.AdmissionError(f"{error.reason}: {error}", code=422)
+def _refuse_spawn(error: Refusal) -> Refused:
+    return _refuse(error, metrics.SPAWN_REFUSALS)
 
 
 def validate_revision(username: str, operator: str | None) -> None:
@@ -192,8 +195,8 @@ def validate_revision(username: str, operator: str | None) -> None:
     if username != operator:
         raise _refuse(
             ForeignRevisionError(
-                "AgentConfigRevision",
-                "revisions are written only by the operator (change the AgentConfig or a "
+                field="AgentConfigRevision",
+                rule="revisions are written only by the operator (change the AgentConfig or a "
                 "VirtualAgentProfile instead)",
             )
         )

@@ -16,27 +16,23 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentworkers import metrics
-from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec
+from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, reasons
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.profile import VirtualAgentProfileStatus
-from agentworkers.conditions import set_condition
-from agentworkers.errors import describe
-from agentworkers.revisions import (
+from agentworkers.controller import metrics
+from agentworkers.core.conditions import Status, set_condition
+from agentworkers.core.revisions import (
     EffectiveMap,
     Standalone,
     effective_map,
     plan_revision,
     standalone_source,
 )
-from agentworkers.storage import Repository
-from agentworkers.virtualagent import VirtualAgentError
+from agentworkers.errors import REFUSALS, Refusal, describe
+from agentworkers.kube.repository import Repository
+from agentworkers.virtualagent import profile_hash
 
 log = logging.getLogger(__name__)
-
-READY = "Ready"
-REVISION_CURRENT = "RevisionCurrent"
-ACCEPTED = "Accepted"
 
 _locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
@@ -84,7 +80,7 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
             if inputs is None:
                 return
             effective = effective_map(name, inputs.spec, (s for _, s in inputs.profiles))
-        except VirtualAgentError as error:
+        except REFUSALS as error:
             _refuse(storage, body, error)
             return
         _accept(storage, inputs, effective)
@@ -97,15 +93,17 @@ def _status(body: dict[str, Any]) -> AgentConfigStatus:
         return AgentConfigStatus()  # a status we cannot read is recomputed
 
 
-def _refuse(storage: Repository, body: dict[str, Any], error: VirtualAgentError) -> None:
+def _refuse(storage: Repository, body: dict[str, Any], error: Refusal) -> None:
     """Invalid input never becomes a revision: say why, keep the last good one active."""
     metrics.CONFIG_REFUSALS.labels(reason=error.reason, stage="handler").inc()
     status = _status(body)
     generation = body["metadata"].get("generation")
     message = f"{error}; the last good revision stays active"
-    conditions = set_condition(status.conditions, READY, "False", error.reason, message, generation)
     conditions = set_condition(
-        conditions, REVISION_CURRENT, "False", error.reason, message, generation
+        status.conditions, reasons.READY, "False", error.reason, message, generation
+    )
+    conditions = set_condition(
+        conditions, reasons.REVISION_CURRENT, "False", error.reason, message, generation
     )
     updated = status.model_copy(
         update={"conditions": conditions, "observed_generation": generation}
@@ -146,7 +144,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
         storage.post_event(
             body,
             "Normal",
-            "RevisionCreated",
+            reasons.REVISION_CREATED,
             f"revision {plan.active.revision} ({plan.active.name}, "
             f"digest {plan.active.digest[:12]}) "
             f"with {len(effective.profile_map.profiles)} profile(s)",
@@ -160,10 +158,10 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
         left_out = ", ".join(f"{n} ({e.reason})" for n, e in sorted(effective.excluded.items()))
         message += f"; left out of its map: {left_out}"
     conditions = set_condition(
-        status.conditions, READY, "True", "RevisionActive", message, generation
+        status.conditions, reasons.READY, "True", reasons.REVISION_ACTIVE, message, generation
     )
     conditions = set_condition(
-        conditions, REVISION_CURRENT, "True", "UpToDate", message, generation
+        conditions, reasons.REVISION_CURRENT, "True", reasons.UP_TO_DATE, message, generation
     )
     updated = AgentConfigStatus(
         observed_generation=generation,
@@ -176,7 +174,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
     for old in plan.prune:
         storage.delete_revision(namespace, old)
 
-    hashes = {p.key: p.hash() for p in effective.profile_map.profiles}
+    hashes = {p.key: profile_hash(p) for p in effective.profile_map.profiles}
     for item, standalone in inputs.profiles:
         key = standalone.spec.key
         refusal = effective.excluded.get(standalone.name)
@@ -189,7 +187,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
                 storage,
                 item,
                 "False",
-                "Overridden",
+                reasons.OVERRIDDEN,
                 f"the virtualAgents section of AgentConfig {name} declares key {key!r}; it wins",
                 None,
                 active.name,
@@ -199,7 +197,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
                 storage,
                 item,
                 "True",
-                "Included",
+                reasons.INCLUDED,
                 f"in revision {active.revision} of AgentConfig {name}",
                 hashes.get(key),
                 active.name,
@@ -209,7 +207,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
 def _set_profile_status(
     storage: Repository,
     body: dict[str, Any],
-    accepted: str,
+    accepted: Status,
     reason: str,
     message: str,
     profile_hash: str | None,
@@ -221,7 +219,9 @@ def _set_profile_status(
     except ValidationError:
         status = VirtualAgentProfileStatus()
     generation = body["metadata"].get("generation")
-    conditions = set_condition(status.conditions, ACCEPTED, accepted, reason, message, generation)  # type: ignore[arg-type]
+    conditions = set_condition(
+        status.conditions, reasons.ACCEPTED, accepted, reason, message, generation
+    )
     updated = VirtualAgentProfileStatus(
         observed_generation=generation,
         hash=profile_hash if accepted == "True" else status.hash,

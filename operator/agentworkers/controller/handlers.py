@@ -1,20 +1,28 @@
 """kopf registrations of the controller. Each handler parses, delegates and returns; the
 work is elsewhere. `startup` connects and feeds the store; these reconcile from it.
 
+With `--shards`, a replica handles only the namespaces of the shards it holds
+(`sharding`); every replica still keeps the whole store, so a shard it takes over is
+reconciled from what it already knows.
+
 Handlers are synchronous: kopf runs them in its thread pool, where the blocking
 `kubernetes` client belongs (never on the event loop).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import kopf
 
-from agentworkers import metrics
-from agentworkers.controller import configs, workers
-from agentworkers.controller.requeue import API_TROUBLE, Requeue, trouble
+from agentworkers.api.names import WORKER_LABEL
+from agentworkers.controller import configs, metrics, workers
+from agentworkers.controller.options import Options
+from agentworkers.controller.requeue import Requeue, trouble
+from agentworkers.controller.sharding import Everything, Shards, shard_of
 from agentworkers.controller.startup import (
     AGENT_CONFIGS,
     POD_FILTER,
@@ -23,34 +31,75 @@ from agentworkers.controller.startup import (
     WORKERS,
     register_store,
 )
-from agentworkers.pods import WORKER_LABEL
+from agentworkers.errors import ApiError
+from agentworkers.kube.leases import Leases
 
 # Workers, pods and profiles have event handlers here, which forget deletions themselves.
 register_store(forgotten_elsewhere=("workers", "pods", "virtualagentprofiles"))
 
 
+def _if_mine(memo: kopf.Memo, reconcile: Callable[..., None]) -> Callable[[str, str], None]:
+    """A reconcile that passes over namespaces this replica does not serve (a retry may
+    fire after the shard went to another replica)."""
+
+    def attempt(namespace: str, name: str) -> None:
+        if memo.shards.owns(namespace):
+            reconcile(memo.storage, namespace, name)
+
+    return attempt
+
+
+def mine(namespace: str, memo: kopf.Memo, **_: Any) -> bool:
+    """kopf filter: this replica serves the namespace."""
+    return bool(memo.shards.owns(namespace))
+
+
 @kopf.on.startup()
 def start_queues(memo: kopf.Memo, **_: Any) -> None:
-    memo.workers = Requeue("Worker", "worker", partial(workers.reconcile, memo.storage))
+    options: Options = memo.options
+    memo.shards = Everything()
+    metrics.SHARDS_HELD.set(1)
+    memo.workers = Requeue("Worker", "worker", _if_mine(memo, workers.reconcile))
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
-    memo.profile_agents = Requeue(
-        "AgentConfig", "profile", partial(configs.reconcile, memo.storage)
-    )
+    memo.profile_agents = Requeue("AgentConfig", "profile", _if_mine(memo, configs.reconcile))
+    memo.sharding_stop = threading.Event()
+    if options.shards > 1:
+        memo.shards = Shards(
+            options.shards,
+            options.shard_index,
+            Leases(memo.storage.api, options.lease_namespace),
+            on_gained=partial(_take_over, memo),
+        )
+        metrics.SHARDS_HELD.set_function(lambda: len(memo.shards.held()))
+        memo.shards.step()  # hold our own shard before the first event arrives
+        threading.Thread(
+            target=memo.shards.run, args=(memo.sharding_stop,), name="sharding", daemon=True
+        ).start()
+
+
+def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
+    """A pass over every AgentConfig and Worker of shards just gained, from the store."""
+    count = memo.options.shards
+    for plural, queue in (("agentconfigs", memo.profile_agents), ("workers", memo.workers)):
+        for namespace, name in memo.store.keys(plural):
+            if shard_of(namespace, count) in shards:
+                queue.attempt(namespace, name)
 
 
 @kopf.on.cleanup()
 def stop_queues(memo: kopf.Memo, **_: Any) -> None:
+    memo.sharding_stop.set()
     memo.workers.stop()
     memo.profile_agents.stop()
 
 
-@kopf.on.resume(*AGENT_CONFIGS)
-@kopf.on.create(*AGENT_CONFIGS)
-@kopf.on.update(*AGENT_CONFIGS, field="spec")
+@kopf.on.resume(*AGENT_CONFIGS, when=mine)
+@kopf.on.create(*AGENT_CONFIGS, when=mine)
+@kopf.on.update(*AGENT_CONFIGS, field="spec", when=mine)
 def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     try:
         configs.reconcile(memo.storage, namespace, name)
-    except API_TROUBLE as e:
+    except ApiError as e:
         metrics.HANDLER_ERRORS.labels(handler="agentconfig").inc()
         raise kopf.TemporaryError(f"{trouble(e)}; retrying", delay=5) from e
 
@@ -64,7 +113,7 @@ def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     agent = (body.get("spec") or {}).get("agent")
     if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
         return
-    memo.profile_agents.attempt(body["metadata"]["namespace"], agent)
+    memo.profile_agents.attempt(body["metadata"]["namespace"], agent)  # if mine: _if_mine
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),
@@ -78,7 +127,8 @@ def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -
     if type == "DELETED":
         memo.store.forget("workers", body)
         memo.workers.forget((meta["namespace"], meta["name"]))
-        workers.deleted(memo.storage, dict(body))
+        if memo.shards.owns(meta["namespace"]):
+            workers.deleted(memo.storage, dict(body))
         return
     memo.workers.attempt(meta["namespace"], meta["name"])
 

@@ -1,4 +1,11 @@
-"""A work-around for a kopf defect that loses namespaces, applied before `kopf.run`.
+"""Two changes to kopf (1.45), applied before `kopf.run`.
+
+1. Admission refusals say why in machine-readable form. kopf answers a refused review
+with a Status of only a message and a code; a `Refused` error adds `details.causes` with
+our reason and field, which the API server passes on to the client
+(`agentworkers.kube.api.refusal` reads them back).
+
+2. A work-around for a kopf defect that loses namespaces.
 
 Given namespace patterns (`--namespace team-*`), kopf (1.45) finds the namespaces to
 serve in two steps: it lists them, then starts a watch-stream on namespaces, which lists
@@ -17,7 +24,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kopf
+from kopf._core.engines import admission
 from kopf._core.reactor import observation
+
+from agentworkers.errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +48,35 @@ async def process_discovered_namespace_event(
         insights.revised.notify_all()
 
 
+class Refused(kopf.AdmissionError):
+    """An admission refusal of ours: 422 Invalid, with its reason and field."""
+
+    def __init__(self, error: Refusal) -> None:
+        super().__init__(f"{error.reason}: {error}", code=422)
+        self.error = error
+
+
+_build_response = admission.build_response
+
+
+def build_response(*, outcomes: dict[Any, Any], **kwargs: Any) -> Any:
+    """kopf's response, and for a refusal of ours the Status details."""
+    response = _build_response(outcomes=outcomes, **kwargs)
+    status = response["response"].get("status")
+    refused = [o.exception for o in outcomes.values() if isinstance(o.exception, Refused)]
+    if status is not None and refused:
+        error = refused[0].error
+        # Details only: a Status reason (Invalid) would make kubectl print the causes
+        # instead of the message, and lose the reason word users read.
+        status["details"] = {  # type: ignore[typeddict-unknown-key]
+            "causes": [{"reason": error.reason, "field": error.field, "message": error.rule}]
+        }
+    return response
+
+
 def apply() -> None:
-    """Install the fix (idempotent): kopf looks the processor up when its observer starts."""
+    """Install both (idempotent): kopf looks these up when it runs them."""
+    admission.build_response = build_response
     if not hasattr(observation, "process_discovered_namespace_event") or not hasattr(
         observation, "revise_namespaces"
     ):

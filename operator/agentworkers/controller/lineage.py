@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.worker import InheritedBounds, WorkerStatus
+from agentworkers.core.spawning import ParentRun
 from agentworkers.errors import UnknownWorkerError
-from agentworkers.spawning import ParentRun
-from agentworkers.storage import Repository
+from agentworkers.kube.repository import Repository
 
 # How far up a parent chain the operator looks for a profile run (a bound on the reads).
 MAX_ANCESTRY = 64
@@ -59,11 +59,13 @@ def profile_ancestor(
         found = storage.get("workers", namespace, spec["parent"])
         if found is None:
             raise UnknownWorkerError(
-                "spec.parent",
-                f"worker {spec['parent']!r}, an ancestor of this run, does not exist",
+                field="spec.parent",
+                rule=f"worker {spec['parent']!r}, an ancestor of this run, does not exist",
             )
         body = found
-    raise UnknownWorkerError("spec.parent", f"the parent chain is longer than {MAX_ANCESTRY}")
+    raise UnknownWorkerError(
+        field="spec.parent", rule=f"the parent chain is longer than {MAX_ANCESTRY}"
+    )
 
 
 def _frozen(body: dict[str, Any]) -> RevisionRef | None:

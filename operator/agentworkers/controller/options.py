@@ -34,6 +34,11 @@ class Options:
     watch_timeout: int = 270
     # Seconds any one API call may take (a webhook on the way may take 30 by itself).
     request_timeout: float = 60
+    # Controller replicas that split the namespaces (1: no sharding), this one's index,
+    # and where their Leases live.
+    shards: int = 1
+    shard_index: int = 0
+    lease_namespace: str = "default"
 
     def webhook_server(self) -> kopf.WebhookServer:
         host = self.webhook_host or self.webhook_addr

@@ -13,24 +13,21 @@ import threading
 from collections.abc import Callable
 
 import kopf
-import kubernetes
-import urllib3
 
-from agentworkers import metrics
+from agentworkers.controller import metrics
+from agentworkers.errors import ApiError
 
 log = logging.getLogger(__name__)
 
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-# What a reconcile may meet on its way to the API server; all of it is worth a retry.
-API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError)
 
 Key = tuple[str, str]  # (namespace, name)
 
 
-def trouble(e: Exception) -> str:
-    if isinstance(e, kubernetes.client.ApiException):
-        return f"API error {e.status} {e.reason}"
-    return f"API unreachable ({e})"
+def trouble(e: ApiError) -> str:
+    if e.status is not None:
+        return f"API error {e.status}: {e.rule}"
+    return f"API unreachable ({e.rule})"
 
 
 class Requeue:
@@ -52,7 +49,7 @@ class Requeue:
             self._reconcile(namespace, name)
         except kopf.TemporaryError as e:
             self._after(key, e.delay or 5)
-        except API_TROUBLE as e:
+        except ApiError as e:
             metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
             log.warning(
                 "%s %s/%s: %s; retrying",

@@ -17,14 +17,15 @@ from typing import Any
 
 import kopf
 
-from agentworkers import kube, metrics
+from agentworkers import kube
 from agentworkers.api import GROUP, VERSION
-from agentworkers.controller import kopf_settings
+from agentworkers.api.names import FINALIZER, WORKER_LABEL
+from agentworkers.controller import kopf_settings, metrics
 from agentworkers.controller.options import Options
 from agentworkers.controller.tls import CertificateWatch
+from agentworkers.kube.api import Api
+from agentworkers.kube.repository import Storage
 from agentworkers.kube.store import TRIM, Store
-from agentworkers.pods import WORKER_LABEL
-from agentworkers.storage import Storage
 
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
@@ -41,7 +42,7 @@ def configure(
 ) -> None:
     options: Options = memo.options
     # Our own prefixes from the first release: changing them later re-handles every object.
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf_settings.DiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
@@ -62,10 +63,11 @@ def configure(
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api
     # Admission tells the operator's own writes (a binding, a revision) from anyone else's.
-    memo.identity = kube.whoami(memo.api)
+    api = Api(memo.api)
+    memo.identity = api.whoami()
     logger.info("operating as %s", memo.identity)
     memo.store = Store()
-    memo.storage = Storage(memo.api, memo.store)
+    memo.storage = Storage(api, memo.store)
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
 

@@ -1,22 +1,25 @@
-"""Everything between the operator and the Kubernetes API: how to connect, and the
-watch-fed store the operator reads from instead of the API server."""
+"""Everything between agentworkers and the Kubernetes API server.
 
+`connection` finds the cluster; `api` sends every request (raw JSON, one error type);
+`watch` is the one list-then-watch loop (the client and the runtime); `store` is the
+operator's watch-fed cache; `repository` is what the controller and admission read and
+write; `events` posts Events, each once.
+"""
+
+from agentworkers.kube.api import Api
 from agentworkers.kube.connection import (
     REQUEST_TIMEOUT,
     SERVICE_ACCOUNT_NAMESPACE,
     ApiClient,
-    ConfigError,
     Connection,
     connect,
-    whoami,
 )
 
 __all__ = [
     "REQUEST_TIMEOUT",
     "SERVICE_ACCOUNT_NAMESPACE",
+    "Api",
     "ApiClient",
-    "ConfigError",
     "Connection",
     "connect",
-    "whoami",
 ]

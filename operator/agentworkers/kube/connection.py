@@ -2,8 +2,9 @@
 
 One order of configuration sources for all of them, controller-runtime's: the kubeconfig
 given, then KUBECONFIG, then the pod's service account, then ~/.kube/config. One client
-class, with two habits of client-go: every call is bounded in time, and reads that the
-server asks to retry later (429, or a 5xx with Retry-After) are retried.
+class (`agentworkers.kube.api` sends every request on it), with two habits of client-go:
+every call is bounded in time, and reads that the server asks to retry later (429, or a
+5xx with Retry-After) are retried.
 """
 
 from __future__ import annotations
@@ -15,14 +16,12 @@ from typing import Any
 
 import kubernetes
 
+from agentworkers.errors import ConfigError
+
 # Seconds any one call may take unless it sets its own (a watch does); an admission
 # webhook on the way may take up to 30 by itself.
 REQUEST_TIMEOUT = 60.0
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class ConfigError(Exception):
-    """No usable way to reach a cluster."""
 
 
 class ApiClient(kubernetes.client.ApiClient):
@@ -78,14 +77,3 @@ def connect(
     except (kubernetes.config.ConfigException, OSError) as e:
         raise ConfigError(f"no usable kubeconfig or service account: {e}") from e
     return Connection(ApiClient(configuration, timeout), namespace)
-
-
-def whoami(api: kubernetes.client.ApiClient) -> str:
-    """The username the API server knows this client by (a SelfSubjectReview)."""
-    review = kubernetes.client.AuthenticationV1Api(api).create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-    )
-    user = review.status.user_info if review.status else None
-    if user is None or not user.username:
-        raise ConfigError("the API server did not say who this client is (SelfSubjectReview)")
-    return str(user.username)

@@ -176,6 +176,11 @@ class Store:
         with self._lock:
             return sorted(self._children.get((namespace, parent), ()))
 
+    def keys(self, plural: str) -> list[Key]:
+        """Every (namespace, name) of a kind the store holds."""
+        with self._lock:
+            return list(self._objects[plural])
+
     def size(self, plural: str) -> int:
         """How many objects of a kind the store holds (the `agentworkers_store_objects` gauge)."""
         with self._lock:

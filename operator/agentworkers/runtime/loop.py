@@ -28,7 +28,7 @@ from typing import Any
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.models import Message, ModelClient, ModelError, Params, Reply, ToolSpec
 from agentworkers.runtime.tools import Toolbox

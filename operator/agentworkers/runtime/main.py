@@ -26,23 +26,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import kubernetes
-import urllib3
-
 from agentworkers import kube
-from agentworkers.api import GROUP, VERSION, AgentConfigStatus, WorkerSpec, WorkerStatus
+from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import WorkerEvent
-from agentworkers.client import ApiError, Client
-from agentworkers.conditions import now
-from agentworkers.effective import EffectiveConfig
-from agentworkers.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
+from agentworkers.client import Client
+from agentworkers.core.conditions import now
+from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
+from agentworkers.core.spawning import verify_run_start
+from agentworkers.errors import REFUSALS, ApiError
+from agentworkers.kube.repository import Storage
+from agentworkers.kube.watch import observe
 from agentworkers.runtime.events import EventBus, JsonLinesSink
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.models import client_for
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
-from agentworkers.spawning import BINDING_ANNOTATION, verify_run_start
-from agentworkers.storage import Storage
-from agentworkers.virtualagent import VirtualAgentError
 
 log = logging.getLogger("agentworkers.runtime")
 T = TypeVar("T")
@@ -50,7 +49,7 @@ T = TypeVar("T")
 PHASES = {RUNNING: "Running", IDLE: "Idle", DONE: "Done", FAILED: "Failed"}
 RING = 50
 REPORT_EVERY = 0.5  # seconds: events are batched into one status write
-WATCH_SECONDS = 300
+WATCH_SECONDS = 300  # a long watch: the run's own reports end each quiet spell anyway
 
 
 class Reporter:
@@ -96,8 +95,8 @@ class Reporter:
         fields["updatedAt"] = now()
         try:
             self.storage.patch_status("workers", self.namespace, self.name, fields)
-        except kubernetes.client.ApiException as e:
-            log.warning("could not report status (%s); retrying with the next report", e.reason)
+        except ApiError as e:
+            log.warning("could not report status (%s); retrying with the next report", e)
             with self.lock:
                 self.pending = {**fields, **self.pending}
 
@@ -182,7 +181,7 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
 
 
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
-    api = kube.connect(kubeconfig).api
+    api = kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
     body = storage.get("workers", namespace, name)
     if body is None:
@@ -193,7 +192,7 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     reporter = Reporter(storage, namespace, name, bus)
     try:
         verify_pin(storage, body)
-    except VirtualAgentError as error:
+    except REFUSALS as error:
         reporter.report(
             phase="Failed",
             error=f"{error.reason}: {error}",
@@ -242,7 +241,7 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         loop.close()
         reporter.close()
         sink.close()
-        api.close()
+        api.client.close()
     return code
 
 
@@ -258,29 +257,18 @@ def _serve(
 ) -> int:
     """Deliver queries and watch for a kill until the run ends.
 
-    One long watch of the Worker, resumed from the last version seen. The run's own
-    status reports come back on it as events, which is when it checks whether a
-    non-interactive run has answered (and so is Done).
+    One watch of the Worker (`agentworkers.kube.watch`). The run's own status reports
+    come back on it as events, which is when it checks whether a non-interactive run has
+    answered (and so is Done). A broken watch is opened again after a second.
     """
-    custom = kubernetes.client.CustomObjectsApi(storage.api)
-    version: str | None = None
     while not finished.is_set():
-        watch = kubernetes.watch.Watch()
         try:
-            for event in watch.stream(
-                custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                "workers",
-                field_selector=f"metadata.name={name}",
-                resource_version=version,
-                timeout_seconds=WATCH_SECONDS,
-                # The server ends the watch; this only catches a connection gone silent.
-                _request_timeout=WATCH_SECONDS + 30,
-            ):
-                body = event["object"]
-                version = body["metadata"]["resourceVersion"]
+            changes = observe(storage.api, "workers", namespace, name=name, heartbeat=WATCH_SECONDS)
+            for kind, body in changes:
+                if finished.is_set():
+                    break
+                if body is None or kind == "DELETED":
+                    continue
                 current = WorkerSpec.model_validate(body["spec"])
                 if current.kill is not None:
                     return 0  # the operator records the kill and removes the pod
@@ -290,19 +278,9 @@ def _serve(
                     reporter.report(queriesDelivered=delivered)
                 if not spec.interactive and loop.wait_idle(0) and loop.status == IDLE:
                     loop.finish()
-                if finished.is_set():
-                    break
-        except kubernetes.client.ApiException as e:
-            if e.status == 410:  # the version is too old: list again
-                version = None
-            else:
-                log.warning("watching the Worker failed (%s); watching again", e.reason)
-                time.sleep(1)
-        except urllib3.exceptions.HTTPError as e:
-            log.warning("the API server went away (%s); watching again", e)
+        except ApiError as e:
+            log.warning("watching the Worker failed (%s); watching again", e)
             time.sleep(1)
-        finally:
-            watch.stop()
     return 0 if loop.status == DONE else 1
 
 

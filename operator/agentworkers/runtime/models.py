@@ -38,7 +38,7 @@ from typing import Any, Literal, Protocol, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, TypeAdapter, model_validator
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 
 Role = Literal["system", "user", "assistant", "tool"]
 OPENAI_BASE_URL = "https://api.openai.com/v1"

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.models import ToolSpec
 
 MAX_READ_BYTES = 256 * 1024

@@ -4,7 +4,7 @@ the child runs it spawns, frozen per run and pinned on each child task.
 A virtual agent is not a registered agent: it is never listed or started as one, and
 the child task stays the owning agent's. A profile is a per-run configuration
 projection, declared in the agent's configuration and reduced to one canonical form
-(``normalize_profile``) whose SHA-256 (``Profile.hash``) matches the Go seed's byte for
+(``normalize_profile``) whose SHA-256 (``profile_hash``) matches the Go seed's byte for
 byte. The overlay can narrow model parameters, skills, tools and limits and add
 instructions; it has no field that could widen anything, attach capabilities, own
 providers, hooks or memory, recurse into another profile or target A2A.
@@ -54,6 +54,7 @@ from agentworkers.virtualagent.normalization import (
     normalize_map,
     normalize_overlay,
     normalize_profile,
+    profile_hash,
 )
 from agentworkers.virtualagent.overlay_ops import (
     block_name,
@@ -116,6 +117,7 @@ __all__ = [
     "overlay_clamp_max_steps",
     "overlay_clamp_max_tokens",
     "overlay_clamp_token_budget",
+    "profile_hash",
     "union_strings",
     "validate_binding",
     "validate_key",

@@ -16,9 +16,8 @@ replaced, integral floats as ints, markers for the few numbers Python prints
 differently); the encoder then sorts and escapes, and a last pass adds Go's HTML
 escapes.
 
-``profile_document`` gives the generic value of a ``Profile``: the seed's snake_case
-names, fields at their zero value omitted (``omitempty``), except ``key`` and
-``overlay``, which Go always emits.
+It knows nothing of profiles: ``normalization.profile_document`` makes the generic
+value of one.
 """
 
 from __future__ import annotations
@@ -28,10 +27,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from agentworkers.virtualagent.models import Overlay, Profile
+from typing import Any
 
 # Python's json escapes what Go does except the HTML-sensitive characters and the two
 # JavaScript line terminators, which can only occur inside strings.
@@ -53,15 +49,6 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # collides with content.
 _MARKER = "\ud800"
 _MARKED = re.compile('"\ud800([0-9]+)"')
-_POINTER_FIELDS = (
-    "model",
-    "temperature",
-    "max_tokens",
-    "reasoning_effort",
-    "skills",
-    "max_steps",
-    "token_budget",
-)
 # Integers up to 2**53 are exact as float64, so they print as themselves.
 _EXACT_INT = 2**53
 
@@ -202,29 +189,3 @@ def check_json(value: Any) -> None:
 def sha256_hex(data: bytes) -> str:
     """Lowercase hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
-
-
-def overlay_document(overlay: Overlay) -> dict[str, Any]:
-    """The generic value of an overlay, with Go's ``omitempty`` applied."""
-    # Pointer fields are present whenever set, even to zero or to an empty skill set;
-    # slices and strings are omitted when empty.
-    doc = {name: getattr(overlay, name) for name in _POINTER_FIELDS}
-    doc = {name: value for name, value in doc.items() if value is not None}
-    for name in ("disabled_tools", "paused_servers", "instructions"):
-        if getattr(overlay, name):
-            doc[name] = getattr(overlay, name)
-    return doc
-
-
-def profile_document(profile: Profile) -> dict[str, Any]:
-    """The generic value of a profile: ``key`` and ``overlay`` always, the rest if set."""
-    doc: dict[str, Any] = {"key": profile.key, "overlay": overlay_document(profile.overlay)}
-    for name in ("label", "parent", "input_patterns", "input_count", "input_disposition"):
-        if getattr(profile, name):
-            doc[name] = getattr(profile, name)
-    if profile.output_schema is not None:
-        # A json.RawMessage is omitted only when it has no bytes; ``{}`` is kept.
-        doc["output_schema"] = profile.output_schema
-    if profile.output_schema_hash:
-        doc["output_schema_hash"] = profile.output_schema_hash
-    return doc

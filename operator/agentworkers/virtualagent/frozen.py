@@ -27,6 +27,7 @@ from agentworkers.virtualagent.normalization import (
     copy_profile,
     normalize_and_hash,
     normalize_profile,
+    profile_hash,
 )
 from agentworkers.virtualagent.text import trim_space
 from agentworkers.virtualagent.validation import validate_binding, validate_map, validate_profile
@@ -155,7 +156,7 @@ class FrozenMap:
         except VirtualAgentError as exc:
             raise nested(exc, "", InvalidSelectedProfileError) from exc
         frozen_hash = self._hashes[frozen.key]
-        selected_hash = profile.hash()
+        selected_hash = profile_hash(profile)
         if selected_hash != frozen_hash:
             raise StaleProfilePinError(
                 "profile",

@@ -239,18 +239,6 @@ class Profile(_Shape):
         ),
     )
 
-    def hash(self) -> str:
-        """SHA-256 hex of the normalised profile's canonical JSON: the digest a binding pins.
-
-        Equal content hashes equal whatever door it came in by and whatever the list or
-        key order; any change in content changes the hash. Raises
-        ``InvalidProfileError`` when the profile cannot be encoded as JSON.
-        """
-        # Normalisation builds models, so it is imported when first needed.
-        from agentworkers.virtualagent.normalization import profile_digest  # noqa: PLC0415
-
-        return profile_digest(self)
-
 
 class ProfileMap(_Shape):
     """The profiles one configured top-level agent owns."""

@@ -17,7 +17,6 @@ from agentworkers.virtualagent.canonical import (
     RawJSON,
     canonical_json,
     check_json,
-    profile_document,
     sha256_hex,
 )
 from agentworkers.virtualagent.errors import InvalidProfileError
@@ -139,6 +138,44 @@ def normalize_map(profile_map: ProfileMap) -> ProfileMap:
     )
 
 
+# Go's pointer fields: emitted whenever set, even to a zero value.
+_POINTER_FIELDS = (
+    "model",
+    "temperature",
+    "max_tokens",
+    "reasoning_effort",
+    "skills",
+    "max_steps",
+    "token_budget",
+)
+
+
+def overlay_document(overlay: Overlay) -> dict[str, Any]:
+    """The generic value of an overlay, with Go's ``omitempty`` applied."""
+    # Pointer fields are present whenever set, even to zero or to an empty skill set;
+    # slices and strings are omitted when empty.
+    doc = {name: getattr(overlay, name) for name in _POINTER_FIELDS}
+    doc = {name: value for name, value in doc.items() if value is not None}
+    for name in ("disabled_tools", "paused_servers", "instructions"):
+        if getattr(overlay, name):
+            doc[name] = getattr(overlay, name)
+    return doc
+
+
+def profile_document(profile: Profile) -> dict[str, Any]:
+    """The generic value of a profile: ``key`` and ``overlay`` always, the rest if set."""
+    doc: dict[str, Any] = {"key": profile.key, "overlay": overlay_document(profile.overlay)}
+    for name in ("label", "parent", "input_patterns", "input_count", "input_disposition"):
+        if getattr(profile, name):
+            doc[name] = getattr(profile, name)
+    if profile.output_schema is not None:
+        # A json.RawMessage is omitted only when it has no bytes; ``{}`` is kept.
+        doc["output_schema"] = profile.output_schema
+    if profile.output_schema_hash:
+        doc["output_schema_hash"] = profile.output_schema_hash
+    return doc
+
+
 def _document_json(normal: Profile, schema_json: bytes | None) -> bytes:
     document = profile_document(normal)
     if schema_json is not None:
@@ -155,12 +192,17 @@ def profile_canonical_json(profile: Profile) -> bytes:
     return _document_json(*_normalize(profile, copy=False))
 
 
-def profile_digest(profile: Profile) -> str:
-    """SHA-256 hex of ``profile_canonical_json``; ``Profile.hash`` delegates here."""
+def profile_hash(profile: Profile) -> str:
+    """SHA-256 hex of the normalised profile's canonical JSON: the digest a binding pins.
+
+    Equal content hashes equal whatever door it came in by and whatever the list or key
+    order; any change in content changes the hash. Raises ``InvalidProfileError`` when
+    the profile cannot be encoded as JSON.
+    """
     return sha256_hex(profile_canonical_json(profile))
 
 
 def normalize_and_hash(profile: Profile) -> tuple[Profile, str]:
-    """The canonical profile and its hash (``Profile.hash``), normalising only once."""
+    """The canonical profile and its hash (``profile_hash``), normalising only once."""
     normal, schema_json = _normalize(profile)
     return normal, sha256_hex(_document_json(normal, schema_json))

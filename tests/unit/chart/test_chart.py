@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agentworkers import cli
+from agentworkers.api.names import WORKER_LABEL
+from agentworkers.cli import main as cli
 from agentworkers.controller.tls import RENEW_BEFORE
-from agentworkers.pods import WORKER_LABEL
 from tests.unit.chart.helm import (
     CHART,
     REPO,
@@ -307,7 +307,7 @@ def worker_role_objects() -> list[dict[str, Any]]:
 
 
 def test_the_worker_role_in_the_chart_is_what_the_operator_makes() -> None:
-    access = pytest.importorskip("agentworkers.access")
+    access = pytest.importorskip("agentworkers.core.access")
     shown = worker_role_objects()
     body = {
         "apiVersion": "agentworkers.io/v1alpha1",
@@ -319,7 +319,7 @@ def test_the_worker_role_in_the_chart_is_what_the_operator_makes() -> None:
         "planner-1", "planner", ["planner-1-child-a", "planner-1-child-b"]
     )
     assert json.loads(json.dumps(made)) == shown, (
-        "charts/agentworkers/files/worker-role.yaml drifted from agentworkers.access"
+        "charts/agentworkers/files/worker-role.yaml drifted from agentworkers.core.access"
     )
     rules = one(shown, "Role")["rules"]
     # No pods, no secrets, nothing cluster-wide.

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
-from agentworkers import metrics
+from agentworkers.controller import metrics
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "charts" / "agentworkers" / "dashboards" / "agentworkers.json"
@@ -29,7 +29,7 @@ PROCESS = {"process_cpu_seconds_total", "process_resident_memory_bytes"}
 
 
 def operator_metrics() -> dict[str, str]:
-    """Family name -> type, for every metric object defined in agentworkers.metrics."""
+    """Family name -> type, for every metric object defined in agentworkers.controller.metrics."""
     families: dict[str, str] = {}
     for value in vars(metrics).values():
         if isinstance(value, MetricWrapperBase):
@@ -90,7 +90,7 @@ def dashboard() -> dict[str, Any]:
 
 def test_the_metrics_module_registers_its_metrics() -> None:
     families = operator_metrics()
-    assert families, "agentworkers.metrics defines no metrics"
+    assert families, "agentworkers.controller.metrics defines no metrics"
     registered = {m.name for m in REGISTRY.collect()}
     assert set(families) <= registered
 
@@ -102,7 +102,9 @@ def test_every_query_uses_only_exported_metrics(dashboard: dict[str, Any]) -> No
         for name in metric_names(expr):
             assert name.startswith("agentworkers_") or name in PROCESS, (name, expr)
             if name.startswith("agentworkers_"):
-                assert name in exported, f"{name} is not exported by agentworkers.metrics: {expr}"
+                assert name in exported, (
+                    f"{name} is not exported by agentworkers.controller.metrics: {expr}"
+                )
             used.add(name)
     assert used
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import AgentConfigSpec, FrozenProfile, FrozenProfileMap, WorkerSpec
 from agentworkers.api.profile import VirtualAgentProfileSpec
@@ -18,13 +17,15 @@ from agentworkers.client import (
     UnknownWorkerError,
     WorkerFinishedError,
     WorkerInfo,
-    _translate,
     diff_profiles,
     explain_fields,
     inspection,
     revision_ref,
 )
-from agentworkers.effective import resolve
+from agentworkers.client.errors import translate
+from agentworkers.core.effective import resolve
+from agentworkers.kube.api import refusal
+from agentworkers.virtualagent import profile_hash
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 CONFIG = AgentConfigSpec.model_validate(
@@ -99,7 +100,7 @@ def frozen(key: str, max_steps: int, source: str = "AgentConfig") -> FrozenProfi
     profile = VirtualAgentProfileSpec.model_validate(
         {"agent": "planner", "key": key, "overlay": {"maxSteps": max_steps}}
     ).profile()
-    return FrozenProfile(profile=profile, hash=profile.hash(), source=source)
+    return FrozenProfile(profile=profile, hash=profile_hash(profile), source=source)
 
 
 def test_a_profile_diff_names_keys_and_fields() -> None:
@@ -133,19 +134,34 @@ def test_a_revision_by_id_or_name(ref: str | int, name: str) -> None:
     assert revision_ref("planner", ref) == name
 
 
-def refusal(status: int, message: str) -> ApiException:
-    error = ApiException(status=status, reason="Refused")
-    error.body = json.dumps({"kind": "Status", "message": message})
-    return error
+def refused(status: int, text: str, **cause: str) -> ApiError:
+    """An error response as the API server sends it (a Status), through the one decoder."""
+    details = {"causes": [cause]} if cause else {}
+    body = {"kind": "Status", "message": text, "details": details}
+    return refusal(status, "Refused", json.dumps(body))
 
 
 def test_api_refusals_become_the_seeds_errors() -> None:
     missing = UnknownWorkerError("unknown worker 'x'")
-    assert _translate(refusal(404, "not found"), missing) is missing
-    finished = _translate(
-        refusal(400, "admission webhook denied: WorkerFinished: the run is Killed")
+    assert translate(refused(404, "not found"), missing) is missing
+    # An operator's refusal is told by the reason in the Status's details, not the text.
+    finished = translate(
+        refused(
+            422,
+            'admission webhook "worker.agentworkers.io" denied the request: ...',
+            reason="WorkerFinished",
+            field="spec.queries",
+            message="the run is Killed; a finished worker takes no query",
+        )
     )
     assert isinstance(finished, WorkerFinishedError)
-    other = _translate(refusal(422, "spec.kill cannot be changed"))
+    assert (finished.field, finished.rule) == (
+        "spec.queries",
+        "the run is Killed; a finished worker takes no query",
+    )
+    # The same words without the reason are just an API error.
+    text = translate(refused(422, "WorkerFinished: the run is Killed"))
+    assert type(text) is ApiError
+    other = translate(refused(422, "spec.kill cannot be changed"))
     assert isinstance(other, ApiError) and other.status == 422
     assert str(other) == "422 Refused: spec.kill cannot be changed"

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentworkers import cli
-from agentworkers.cli_verbs import Output, UsageError
+from agentworkers.cli import main as cli
+from agentworkers.cli.parsers import UsageError
+from agentworkers.cli.verbs import Output
 from agentworkers.client import (
     ApiError,
     ClientError,

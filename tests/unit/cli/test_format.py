@@ -8,7 +8,7 @@ import json
 import yaml
 
 from agentworkers.api import WorkerSpec, WorkerStatus
-from agentworkers.cli_format import age, cell, describe, dump, json_line, plain, short, table
+from agentworkers.cli.render import age, cell, describe, dump, json_line, plain, short, table
 from agentworkers.client import CollectResult, WorkerInfo
 
 NOW = dt.datetime(2030, 1, 2, 12, 0, 0, tzinfo=dt.UTC)

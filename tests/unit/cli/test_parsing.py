@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from agentworkers import cli
-from agentworkers.cli_verbs import UsageError, parsed_defaults, phases_from, spawn_request
+from agentworkers.api.worker import Phase
+from agentworkers.cli import main as cli
+from agentworkers.cli.parsers import PHASES, UsageError, parsed_defaults, phases_from
+from agentworkers.cli.verbs import spawn_request
 
 VERBS = ("spawn", "query", "list", "inspect", "collect", "kill", "events", "explain")
 
@@ -158,3 +163,20 @@ def test_profiles_flags_before_or_after_the_subcommand() -> None:
 def test_bad_arguments_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(list(argv)) == cli.EXIT_USAGE
     assert "usage:" in capsys.readouterr().err
+
+
+def test_the_cli_knows_every_phase() -> None:
+    assert set(PHASES) == set(get_args(Phase))
+
+
+def test_help_loads_neither_the_client_nor_the_models() -> None:
+    """`--help` starts fast: argparse and the parsers only (the client loads for a verb)."""
+    probe = (
+        "import sys\n"
+        "from agentworkers.cli.main import main\n"
+        "main(['spawn', '--help'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('kubernetes', 'pydantic', 'kopf') or m.startswith('agentworkers.client')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -6,9 +6,7 @@ import io
 
 from agentworkers.api import WorkerSpec, WorkerStatus
 from agentworkers.api.worker import WorkerEvent
-from agentworkers.cli_verbs import (
-    Output,
-    Waiting,
+from agentworkers.cli.render import (
     collect_text,
     diff_text,
     event_row,
@@ -16,6 +14,7 @@ from agentworkers.cli_verbs import (
     inspection_text,
     revisions_text,
 )
+from agentworkers.cli.verbs import Output, Waiting
 from agentworkers.client import (
     CollectResult,
     EventRecord,

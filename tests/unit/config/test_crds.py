@@ -6,8 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from agentworkers import crdgen
-from agentworkers.api import RESOURCES
+from agentworkers.api import RESOURCES, crdgen
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentworkers.api import AgentConfigSpec, WorkerSpec
 from agentworkers.api.worker import InheritedBounds
-from agentworkers.effective import INHERITED, inherit, resolve
+from agentworkers.core.effective import INHERITED, inherit, resolve
 from agentworkers.virtualagent import Overlay, Profile
 
 CONFIG = AgentConfigSpec.model_validate(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
-from agentworkers.revisions import (
+from agentworkers.core.revisions import (
     ExistingRevision,
     Standalone,
     digest,

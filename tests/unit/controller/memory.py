@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import AgentConfigRevisionSpec
-from agentworkers.pods import owned_by
-from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
-from agentworkers.storage import Conflict
+from agentworkers.core.pods import owned_by
+from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.kube.repository import Conflict
 
 Body = dict[str, Any]
 

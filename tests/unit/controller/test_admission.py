@@ -10,8 +10,8 @@ from typing import Any
 import kopf
 import pytest
 
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import admission
-from agentworkers.spawning import BINDING_ANNOTATION
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import (
     CONFIG,

@@ -6,12 +6,11 @@ import threading
 import time
 
 import kopf
-import kubernetes
 import pytest
-import urllib3
 
 from agentworkers.controller import requeue as requeue_module
 from agentworkers.controller.requeue import Requeue
+from agentworkers.errors import ApiError
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +35,8 @@ class Flaky:
 
 def test_api_trouble_is_retried_until_a_pass_succeeds() -> None:
     flaky = Flaky(
-        kubernetes.client.ApiException(status=500, reason="Internal"),
-        urllib3.exceptions.ProtocolError("connection reset"),
+        ApiError("500 Internal", 500),
+        ApiError("cannot reach the API server: connection reset"),
         kopf.TemporaryError("not yet", delay=0.01),
     )
     requeue = Requeue("AgentConfig", "profile", flaky)
@@ -56,7 +55,7 @@ def test_other_errors_are_not_swallowed() -> None:
 
 
 def test_one_pending_retry_per_object_and_none_after_stop() -> None:
-    flaky = Flaky(*[kubernetes.client.ApiException(status=503)] * 3)
+    flaky = Flaky(*[ApiError("503 Service Unavailable", 503)] * 3)
     requeue = Requeue("Worker", "worker", flaky)
     requeue.attempt("team-a", "w1")
     requeue.attempt("team-a", "w1")  # a retry is already pending: no second timer

@@ -16,8 +16,8 @@ import kopf
 import pytest
 import yaml
 
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
-from agentworkers.spawning import BINDING_ANNOTATION
 from tests.unit.controller.memory import Memory
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentworkers.effective import Block, EffectiveConfig
+from agentworkers.core.effective import Block, EffectiveConfig
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.loop import (
     AgentLoop,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.loop import AgentLoop
 from agentworkers.runtime.models import Message, ModelError, OpenAIChatClient, Params

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.models import (
     Message,
     ModelError,

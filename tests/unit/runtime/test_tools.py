@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.tools import (
     MAX_READ_BYTES,
     Sandbox,

@@ -8,10 +8,10 @@ import pytest
 
 from agentworkers.api import AgentConfigRevisionSpec, AgentConfigSpec, WorkerSpec
 from agentworkers.api.agentconfig import RevisionRef
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import InheritedBounds
-from agentworkers.revisions import digest, effective_map
-from agentworkers.spawning import (
-    BINDING_ANNOTATION,
+from agentworkers.core.revisions import digest, effective_map
+from agentworkers.core.spawning import (
     ParentRun,
     ancestor_profile,
     check_binding,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentworkers.virtualagent import InvalidProfileError, Overlay, Profile
+from agentworkers.virtualagent import InvalidProfileError, Overlay, Profile, profile_hash
 from agentworkers.virtualagent.canonical import canonical_json, format_float
 
 
@@ -52,9 +52,9 @@ def test_negative_zero_keeps_its_sign() -> None:
 
 def test_profile_hash_refuses_what_json_cannot_carry() -> None:
     with pytest.raises(InvalidProfileError) as caught:
-        Profile(key="k", overlay=Overlay(temperature=math.nan)).hash()
+        profile_hash(Profile(key="k", overlay=Overlay(temperature=math.nan)))
     assert "cannot be hashed" in str(caught.value)
 
     with pytest.raises(InvalidProfileError) as caught:
-        Profile(key="k", output_schema={"a": math.inf}).hash()
+        profile_hash(Profile(key="k", output_schema={"a": math.inf}))
     assert caught.value.field == "output_schema"

@@ -27,6 +27,7 @@ from agentworkers.virtualagent import (
     Overlay,
     TamperedBindingError,
     VirtualAgentError,
+    profile_hash,
     validate_binding,
     validate_key,
     validate_map,
@@ -525,7 +526,7 @@ def test_binding_checks_in_the_seed_order() -> None:
 
 def test_a_sealed_snapshot_must_be_valid_and_hash_to_the_pin() -> None:
     snapshot = make_profile()
-    validate_binding(make_binding(profile=snapshot, profile_hash=snapshot.hash()))
+    validate_binding(make_binding(profile=snapshot, profile_hash=profile_hash(snapshot)))
 
     _fails(
         TamperedBindingError,
@@ -540,7 +541,7 @@ def test_a_sealed_snapshot_must_be_valid_and_hash_to_the_pin() -> None:
         "profile.overlay.max_tokens",
         "above the maximum",
         validate_binding,
-        make_binding(profile=invalid, profile_hash=invalid.hash()),
+        make_binding(profile=invalid, profile_hash=profile_hash(invalid)),
     )
     bad_key = make_profile(key="Bad")
     _fails(
@@ -548,5 +549,5 @@ def test_a_sealed_snapshot_must_be_valid_and_hash_to_the_pin() -> None:
         "profile.key",
         "must match",
         validate_binding,
-        make_binding(profile=bad_key, profile_hash=bad_key.hash()),
+        make_binding(profile=bad_key, profile_hash=profile_hash(bad_key)),
     )

@@ -71,3 +71,7 @@ class PhaseTracker:
 
 
 PHASES = PhaseTracker()
+SHARDS_HELD = Gauge(
+    "agentworkers_shards_held",
+    "Shards of the namespaces this replica serves now (1 without --shards).",
+)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentworkers.api.agentconfig import AgentConfigSpec
+from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig
 
-WORKER_LABEL = "agentworkers.io/worker"
-AGENT_LABEL = "agentworkers.io/agent"
 SANDBOX = "/sandbox"
 SECRETS_DIR = "/var/run/agentworkers/secrets"
 RUNTIME_UID = 65532

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.agentconfig import RevisionRef
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import BindingSummary, InheritedBounds, WorkerSpec
-from agentworkers.revisions import frozen_map
+from agentworkers.core.revisions import frozen_map
 from agentworkers.virtualagent import (
     Binding,
     MissingProfileError,
@@ -34,8 +35,6 @@ from agentworkers.virtualagent import (
     validate_binding,
 )
 from agentworkers.virtualagent.errors import nested
-
-BINDING_ANNOTATION = "agentworkers.io/binding"
 
 
 @dataclass(frozen=True)

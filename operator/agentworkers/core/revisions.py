@@ -29,7 +29,7 @@ from agentworkers.api import (
 )
 from agentworkers.api.profile import VirtualAgentProfileSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.errors import DuplicateKeyError, TooManyProfilesError
+from agentworkers.errors import AgentWorkersError, DuplicateKeyError, TooManyProfilesError
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     FrozenMap,
@@ -39,6 +39,7 @@ from agentworkers.virtualagent import (
     ProfileMap,
     VirtualAgentError,
     normalize_profile,
+    profile_hash,
     validate_map,
     validate_profile,
 )
@@ -84,14 +85,14 @@ class EffectiveMap:
     # Standalone profiles a section profile of the same key overrides.
     overridden: tuple[str, ...] = field(default=())
     # Standalone profiles left out, by name: why (a TooManyProfiles or DuplicateKey error).
-    excluded: dict[str, VirtualAgentError] = field(default_factory=dict)
+    excluded: dict[str, AgentWorkersError] = field(default_factory=dict)
 
     def frozen(self) -> FrozenProfileMap:
         return FrozenProfileMap(
             owner=self.profile_map.owner,
             max_profiles=self.profile_map.max_profiles or DEFAULT_MAX_PROFILES,
             profiles=tuple(
-                FrozenProfile(profile=p, hash=p.hash(), source=self.sources[p.key])
+                FrozenProfile(profile=p, hash=profile_hash(p), source=self.sources[p.key])
                 for p in self.profile_map.profiles
             ),
         )
@@ -138,7 +139,7 @@ def effective_map(
         sources[profile.key] = SECTION_SOURCE
 
     cap = max_profiles if max_profiles > 0 else DEFAULT_MAX_PROFILES
-    excluded: dict[str, VirtualAgentError] = {}
+    excluded: dict[str, AgentWorkersError] = {}
     for item in sorted(standalone, key=Standalone.order):
         where = f"{standalone_source(item.name)}: spec"
         profile = canonical(item.spec.profile(), where)
@@ -146,14 +147,14 @@ def effective_map(
             overridden.append(item.name)
         elif profile.key in chosen:
             excluded[item.name] = DuplicateKeyError(
-                f"{where}.key",
-                f"key {profile.key!r} is already declared by {sources[profile.key]}, "
+                field=f"{where}.key",
+                rule=f"key {profile.key!r} is already declared by {sources[profile.key]}, "
                 "which is older",
             )
         elif len(chosen) >= cap:
             excluded[item.name] = TooManyProfilesError(
-                where,
-                f"agent {agent!r} already has its maximum of {cap} profiles "
+                field=where,
+                rule=f"agent {agent!r} already has its maximum of {cap} profiles "
                 "(spec.virtualAgents.maxProfiles); older profiles come first",
             )
         else:

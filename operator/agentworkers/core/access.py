@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentworkers.api import GROUP
-from agentworkers.pods import WORKER_LABEL
+from agentworkers.api.names import WORKER_LABEL
 
 ACCOUNT_PREFIX = "worker-"
 

@@ -1,34 +1,25 @@
-"""The only code that calls the Kubernetes API. Everything above it deals in models.
+"""What the controller and admission read and write, as one protocol: `Repository`.
 
-`Repository` is what the controller and admission need of it; `Storage` is the one
-implementation that talks to an API server (tests use an in-memory one).
+`Storage` is the implementation on an API server (`agentworkers.kube.api`), reading from
+the operator's watch-fed store where it has one; the controller's table tests use an
+in-memory one (`tests/unit/controller/memory.py`).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
-
-from agentworkers.api import GROUP, VERSION, AgentConfigRevisionSpec
+from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
-from agentworkers.conditions import now, truncate
+from agentworkers.api.names import AGENT_LABEL
+from agentworkers.core.pods import owned_by
+from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.errors import ApiError
+from agentworkers.kube.api import Api
+from agentworkers.kube.events import Recorder
 from agentworkers.kube.store import Store
-from agentworkers.pods import owned_by
-from agentworkers.revisions import ExistingRevision, pinned_by, revision_name
-
-log = logging.getLogger(__name__)
-
-AGENT_LABEL = f"{GROUP}/agent"
-REVISION_LABEL = f"{GROUP}/revision"
-FIELD_MANAGER = "agentworkers-operator"
-MERGE = "application/merge-patch+json"
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 Body = Mapping[str, Any]
 
@@ -91,41 +82,17 @@ class Repository(Protocol):
 
 @dataclass
 class Storage:
-    """The API, through raw JSON requests (no typed models to build and validate on the hot
-    path). With a `store`, reads come from the operator's watches and writes go through to
-    it; a miss is read from the API (the store may not have seen an object yet)."""
+    """The repository on an API server. With a `store`, reads come from the operator's
+    watches and writes go through to it; a miss is read from the API (the store may not
+    have seen an object yet)."""
 
-    api: kubernetes.client.ApiClient
+    api: Api
     store: Store | None = None
+    events: Recorder | None = None
 
-    def _request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: list[tuple[str, str]] | None = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        request = self.api.param_serialize(
-            method, path, query_params=query, header_params=headers, body=body,
-            auth_settings=["BearerToken"],
-        )  # fmt: skip
-        response = self.api.call_api(*request).response
-        data = response.data
-        if response.status >= 400:
-            raise ApiException(status=response.status, reason=response.reason, body=data.decode())
-        return cast(dict[str, Any], json.loads(data)) if data else {}
-
-    def _fetch(self, path: str) -> dict[str, Any] | None:
-        try:
-            return self._request("GET", path)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+    def __post_init__(self) -> None:
+        if self.events is None:
+            self.events = Recorder(self.api)
 
     def _remember(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.store is not None and body:
@@ -137,16 +104,15 @@ class Storage:
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         if self.store is not None and (found := self.store.get(plural, namespace, name)):
             return found
-        found = self._fetch(_custom(namespace, plural, name))
+        found = self.api.get(plural, namespace, name)
         return self._remember(plural, found) if found else None
 
     def items(
         self, plural: str, namespace: str, selector: str | None = None
     ) -> Iterator[dict[str, Any]]:
-        query = [("labelSelector", selector)] if selector else None
         try:
-            found = self._request("GET", _custom(namespace, plural), query=query)
-        except ApiException as e:
+            found = self.api.list(plural, namespace, labels=selector or "")
+        except ApiError as e:
             if e.status == 404:  # the CRD is not installed (yet)
                 return iter(())
             raise
@@ -190,10 +156,8 @@ class Storage:
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
         try:
-            found = self._request(
-                "PATCH", _custom(namespace, plural, name, "status"), patch, content_type=MERGE
-            )
-        except ApiException as e:
+            found = self.api.patch(plural, namespace, name, patch, subresource="status")
+        except ApiError as e:
             if e.status != 404:
                 raise
             return None
@@ -235,10 +199,9 @@ class Storage:
         }
         try:
             self._remember(
-                "agentconfigrevisions",
-                self._request("POST", _custom(namespace, "agentconfigrevisions"), body),
+                "agentconfigrevisions", self.api.create("agentconfigrevisions", namespace, body)
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status != 409:
                 raise
             existing = self.get("agentconfigrevisions", namespace, name) or {}
@@ -253,58 +216,30 @@ class Storage:
         return ExistingRevision(name, spec.revision, spec.digest, config["metadata"]["uid"])
 
     def delete_revision(self, namespace: str, name: str) -> None:
-        try:
-            self._request("DELETE", _custom(namespace, "agentconfigrevisions", name))
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        self._delete("agentconfigrevisions", namespace, name)
         if self.store is not None:
             self.store.forget(
                 "agentconfigrevisions", {"metadata": {"namespace": namespace, "name": name}}
             )
 
+    def _delete(
+        self, plural: str, namespace: str, name: str, options: Mapping[str, Any] | None = None
+    ) -> None:
+        """Delete; gone already, or (409) no longer the object the preconditions name: done."""
+        try:
+            self.api.delete(plural, namespace, name, options)
+        except ApiError as e:
+            if e.status not in (404, 409):
+                raise
+
     def pinned_revisions(self, namespace: str, agent: str) -> set[str]:
         """Revisions a live Worker of the agent pins (they outlive the history limit)."""
         return pinned_by(agent, self.of_agent("workers", namespace, agent))
 
-    # --- events ----------------------------------------------------------
-
     def post_event(self, body: Body, type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event on `body`, as `kubectl describe` shows it.
-
-        Best effort: an Event that cannot be posted never fails a handler."""
-        meta = body["metadata"]
-        stamp = now()
-        event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": body["apiVersion"],
-                "kind": body["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": truncate(message),
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "reportingInstance": FIELD_MANAGER,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-        try:
-            self._request("POST", f"/api/v1/namespaces/{meta['namespace']}/events", event)
-        except ApiException as e:
-            log.warning(
-                "could not post the %s Event on %s/%s: %s",
-                reason,
-                body["kind"],
-                meta["name"],
-                e.reason,
-            )
+        """A core/v1 Event on `body` (best effort, once: see `Recorder`)."""
+        assert self.events is not None
+        self.events.post(body, type_, reason, message)
 
     # --- workers and their pods ------------------------------------------
 
@@ -334,9 +269,8 @@ class Storage:
                 "ownerReferences": owner_references,
             }
         }
-        path = _custom(meta["namespace"], plural, meta["name"])
-        found = self._remember(plural, self._request("PATCH", path, patch, content_type=MERGE))
-        return str(found["metadata"]["resourceVersion"])
+        found = self.api.patch(plural, meta["namespace"], meta["name"], patch)
+        return str(self._remember(plural, found)["metadata"]["resourceVersion"])
 
     def get_pod(self, namespace: str, name: str, *, confirm: bool = False) -> dict[str, Any] | None:
         """The pod, as the store has it; `confirm`: a pod the store lacks is looked for in
@@ -345,16 +279,15 @@ class Storage:
             found = self.store.get("pods", namespace, name)
             if found is not None or not confirm:
                 return found
-        found = self._fetch(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        found = self.api.get("pods", namespace, name)
         return self._remember("pods", found) if found else None
 
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
         """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
-            created = self._request("POST", f"/api/v1/namespaces/{namespace}/pods", pod)
-            return self._remember("pods", created)
-        except ApiException as e:
+            return self._remember("pods", self.api.create("pods", namespace, pod))
+        except ApiError as e:
             if e.status != 409:
                 raise
         existing = self.get_pod(namespace, name, confirm=True)
@@ -364,12 +297,9 @@ class Storage:
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod of this uid now; gone already, or another pod by now: nothing to do."""
-        options = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        try:
-            self._request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", options)
-        except ApiException as e:
-            if e.status not in (404, 409):  # 409: the uid precondition failed
-                raise
+        self._delete(
+            "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        )
 
     # --- a worker runtime's own account ------------------------------------
 
@@ -378,16 +308,13 @@ class Storage:
         Returns whether the Role was created (else it existed, with rules of its own)."""
         created_role = False
         for obj in objects:
-            namespace = obj["metadata"]["namespace"]
-            path = {
-                "ServiceAccount": f"/api/v1/namespaces/{namespace}/serviceaccounts",
-                "Role": f"{RBAC}/namespaces/{namespace}/roles",
-                "RoleBinding": f"{RBAC}/namespaces/{namespace}/rolebindings",
-            }[obj["kind"]]
+            plural = {"ServiceAccount": "serviceaccounts", "Role": "roles"}.get(
+                obj["kind"], "rolebindings"
+            )
             try:
-                self._request("POST", path, obj)
+                self.api.create(plural, obj["metadata"]["namespace"], obj)
                 created_role = created_role or obj["kind"] == "Role"
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != 409:
                     raise
         return created_role
@@ -395,17 +322,9 @@ class Storage:
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
         """Replace a Role's rules; False when the Role does not exist (yet)."""
         try:
-            self._request(
-                "PATCH", f"{RBAC}/namespaces/{namespace}/roles/{name}", {"rules": rules},
-                content_type=MERGE,
-            )  # fmt: skip
-        except ApiException as e:
+            self.api.patch("roles", namespace, name, {"rules": rules})
+        except ApiError as e:
             if e.status == 404:
                 return False
             raise
         return True
-
-
-def _custom(namespace: str, plural: str, name: str = "", subresource: str = "") -> str:
-    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}"
-    return "/".join(p for p in (path, name, subresource) if p)

@@ -23,16 +23,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agentworkers.cli_verbs import Output, UsageError, add_globals, add_verbs, parsed_defaults
-from agentworkers.client import (
-    ApiError,
-    Client,
-    ClientError,
-    NotFoundError,
-    WaitTimeoutError,
-    WorkerNameConflictError,
-)
+from agentworkers.cli.parsers import UsageError, add_globals, add_verbs, parsed_defaults
+
+if TYPE_CHECKING:
+    from agentworkers.cli.verbs import Output
+    from agentworkers.client import Client
+
+# Imports of the client and the operator are in the functions that need them: `--help`
+# and usage errors load argparse and the parsers only.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_TIMEOUT = range(6)
 EXIT_INTERRUPTED = 130
@@ -69,6 +69,9 @@ def _operator(args: argparse.Namespace) -> int:
         # Admission replicas all answer; controllers take turns (peering), if asked to.
         standalone=args.role == "admission" or not args.peering,
         peering=None if args.role == "admission" else args.peering,
+        shards=args.shards,
+        shard_index=_shard_index(args.shard_index),
+        lease_namespace=args.lease_namespace or _own_namespace(),
     )
     # JSON lines carry the object (kind, name, namespace) under "object": one line, one worker.
     kopf.configure(
@@ -90,6 +93,22 @@ def _operator(args: argparse.Namespace) -> int:
         memo=kopf.Memo(options=options),
     )
     return 0
+
+
+def _shard_index(given: int | None) -> int:
+    """--shard-index, else the StatefulSet ordinal at the end of the pod's hostname."""
+    if given is not None:
+        return given
+    ordinal = os.environ.get("HOSTNAME", "").rsplit("-", 1)[-1]
+    return int(ordinal) if ordinal.isdigit() else 0
+
+
+def _own_namespace() -> str:
+    from agentworkers.kube.connection import SERVICE_ACCOUNT_NAMESPACE  # noqa: PLC0415
+
+    if SERVICE_ACCOUNT_NAMESPACE.exists():
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    return os.environ.get("POD_NAMESPACE", "default")
 
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -131,6 +150,22 @@ def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     op.add_argument("--peering", help="kopf peering name for active/standby replicas")
     op.add_argument(
+        "--shards",
+        type=int,
+        default=1,
+        help="controller replicas that split the namespaces between them (a StatefulSet); "
+        "each serves its own shard and takes over a lost replica's (docs/scaling.md)",
+    )
+    op.add_argument(
+        "--shard-index",
+        type=int,
+        help="this replica's shard; default: the ordinal ending $HOSTNAME (name-2: 2)",
+    )
+    op.add_argument(
+        "--lease-namespace",
+        help="where the shards' Leases live; default: the operator's own namespace",
+    )
+    op.add_argument(
         "--role",
         choices=("all", "controller", "admission"),
         default="all",
@@ -164,6 +199,12 @@ def build_parser(prog: str = "agentworkers") -> argparse.ArgumentParser:
 
 def exit_code(error: BaseException) -> int:
     """The exit code scripts may rely on for an error (the table in the module docstring)."""
+    from agentworkers.client import (  # noqa: PLC0415
+        NotFoundError,
+        WaitTimeoutError,
+        WorkerNameConflictError,
+    )
+
     if isinstance(error, UsageError):
         return EXIT_USAGE
     if isinstance(error, NotFoundError):
@@ -177,21 +218,29 @@ def exit_code(error: BaseException) -> int:
 
 def message(error: Exception) -> str:
     """The error as one line; the seed's errors lead with their reason, as the operator's do."""
-    if isinstance(error, ClientError) and type(error) not in (ClientError, ApiError):
+    from agentworkers.errors import AgentWorkersError, ApiError  # noqa: PLC0415
+
+    if isinstance(error, AgentWorkersError) and type(error) not in (AgentWorkersError, ApiError):
         return f"{error.reason}: {error}"
     return str(error)
 
 
 def connect(args: argparse.Namespace) -> Client:
+    from agentworkers.client import Client  # noqa: PLC0415
+
     return Client.from_kubeconfig(namespace=args.g_namespace, kubeconfig=args.g_kubeconfig)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """One verb; its errors become a line on stderr and an exit code, never a traceback."""
+    from agentworkers.cli import verbs  # noqa: PLC0415
+    from agentworkers.errors import AgentWorkersError  # noqa: PLC0415
+
+    handler: verbs.Handler = getattr(verbs, args.run)
     try:
         with connect(args) as client:
-            return int(args.run(client, parsed_defaults(args), out))
-    except (ClientError, UsageError) as e:
+            return int(handler(client, parsed_defaults(args), out))
+    except (AgentWorkersError, UsageError) as e:
         out.stderr.write(f"error: {message(e)}\n")
         return exit_code(e)
     except KeyboardInterrupt:
@@ -223,11 +272,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_usage(sys.stderr)
             sys.stderr.write("error: `operator` takes its own flags, after it\n")
             return EXIT_USAGE
+        if args.shards > 1 and args.peering:
+            parser.print_usage(sys.stderr)
+            sys.stderr.write("error: --shards makes every replica active: drop --peering\n")
+            return EXIT_USAGE
         if args.role == "admission" and args.no_webhook:
             parser.print_usage(sys.stderr)
             sys.stderr.write("error: --role=admission serves the webhook: drop --no-webhook\n")
             return EXIT_USAGE
         return int(args.func(args))
+    from agentworkers.cli.verbs import Output  # noqa: PLC0415
+
     return run(args, Output(args.output, args.quiet, sys.stdout, sys.stderr))
 
 

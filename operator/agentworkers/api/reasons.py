@@ -1,0 +1,52 @@
+"""Every condition type and condition/Event reason the operator writes, with its meaning.
+
+Like the Job controller's `JobReason*` constants: what `kubectl describe` and
+`kubectl get -o jsonpath='{.status.conditions}'` show, one word each. The refusals
+(InvalidProfile, TamperedBinding, SecretNotAllowed, ...) are the `reason` of their error
+classes (`agentworkers.errors`, `agentworkers.virtualagent.errors`) and are not repeated here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- condition types -----------------------------------------------------------------
+
+# Worker: the run has what it needs and is going (or, False, why not).
+READY: Final = "Ready"
+# Worker: its pod exists (False while suspended).
+STARTED: Final = "Started"
+# Worker: a profiled child's binding was written.
+PROFILE_BOUND: Final = "ProfileBound"
+# Worker: a kill was asked for (Unknown while the pod goes, True once Killed).
+KILLED: Final = "Killed"
+# AgentConfig: the active revision is the current spec and profiles.
+REVISION_CURRENT: Final = "RevisionCurrent"
+# VirtualAgentProfile: whether the profile is in its agent's active revision.
+ACCEPTED: Final = "Accepted"
+
+# --- Worker reasons ------------------------------------------------------------------
+
+# Waiting (Ready=False, the run is retried):
+AGENT_CONFIG_MISSING: Final = "AgentConfigMissing"  # the agent's AgentConfig does not exist
+AGENT_CONFIG_INVALID: Final = "AgentConfigInvalid"  # it does not decode; it reports why itself
+NO_ACTIVE_REVISION: Final = "NoActiveRevision"  # it has no revision yet
+ANCESTOR_NOT_BOUND: Final = "AncestorNotBound"  # the profile run above is not bound yet
+SUSPENDED: Final = "Suspended"  # Started=False until spec.suspend is cleared
+# Going:
+BOUND: Final = "Bound"  # ProfileBound=True
+POD_CREATED: Final = "PodCreated"  # Started=True
+RUNNING: Final = "Running"  # Ready=True
+KILLING: Final = "Killing"  # Killed=Unknown: the pod is being deleted
+# Ended (Failed, with one Warning Event):
+POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
+POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
+POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason
+
+# --- AgentConfig and profile reasons -------------------------------------------------
+
+REVISION_ACTIVE: Final = "RevisionActive"  # Ready=True
+UP_TO_DATE: Final = "UpToDate"  # RevisionCurrent=True
+REVISION_CREATED: Final = "RevisionCreated"  # Event: a new revision was cut
+INCLUDED: Final = "Included"  # Accepted=True
+OVERRIDDEN: Final = "Overridden"  # Accepted=False: the AgentConfig's own section wins the key

@@ -1,0 +1,5 @@
+import sys
+
+from agentworkers.cli.main import main
+
+sys.exit(main())

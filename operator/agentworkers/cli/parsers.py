@@ -1,0 +1,348 @@
+"""The CLI's parsers: global flags, and one subparser per verb, each bound to its handler
+in `agentworkers.cli.verbs`."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import textwrap
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Light on purpose: `--help` and a usage error load this module and argparse only (the
+# client and the models load when a verb runs, `agentworkers.cli.main.run`).
+
+FORMATS = ("table", "json", "yaml")
+EVENT_COLUMNS = ("WORKER", 24), ("INDEX", 6), ("KIND", 18), ("TIME", 21), ("SUMMARY", 0)
+# The CLI's own default for waits (the Python client has its own for its callers).
+DEFAULT_TIMEOUT = 300.0
+# How far a run has come: waiting for one phase is satisfied by any later one too (a run
+# that is already Idle has been Running). Failed and Killed end every wait on their own.
+PHASE_ORDER = ("Pending", "Running", "Idle", "Done")
+ENDINGS = ("Failed", "Killed")
+PHASES = (*PHASE_ORDER, *ENDINGS)
+
+
+class UsageError(Exception):
+    """The command line asks for something that cannot be done as asked (exit code 2)."""
+
+
+def phases_from(text: str) -> frozenset[str]:
+    """--wait's phases, each with the phases that come after it."""
+    wanted: set[str] = set()
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        phase = word.capitalize()
+        if phase not in PHASES:
+            raise argparse.ArgumentTypeError(
+                f"unknown phase {word!r} (choose from {', '.join(PHASES)})"
+            )
+        wanted.add(phase)
+        if phase in PHASE_ORDER:
+            wanted.update(PHASE_ORDER[PHASE_ORDER.index(phase) :])
+    return frozenset(wanted)
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def seconds(text: str) -> float:
+    value = float(text.removesuffix("s"))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: a timeout must be positive")
+    return value
+
+
+def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
+    p = verb(
+        "spawn",
+        "spawn",
+        "start a worker",
+        [
+            "w1 -m 'summarise README.md' --wait",
+            "w1 --agent planner --model demo-small --skill research --skill summarise",
+            "child --parent w1 --profile reviewer -m 'review the diff' --wait Running",
+            "-f worker.yaml --wait --timeout 120 -o json",
+        ],
+        "It creates a Worker. With --wait it returns once the run has reached the phase "
+        "(default Running; any later phase counts too) and shows progress on stderr; a run "
+        "that fails or is killed first exits 1. The agent defaults to the namespace's only "
+        "AgentConfig.",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="worker name (unique in the namespace)")
+    p.add_argument("-f", "--file", help="a Worker manifest or a Worker spec (YAML/JSON; - stdin)")
+    p.add_argument("-a", "--agent", help="the AgentConfig (top-level agent) to run")
+    p.add_argument("-m", "--message", help="the first message, delivered when the run starts")
+    p.add_argument("--kind", choices=("static", "dynamic"))
+    p.add_argument("--description", help="one line on what the worker is for")
+    p.add_argument("--prompt", help="extra system prompt (dynamic workers)")
+    p.add_argument("--provider", help="driver override: openai or scripted")
+    p.add_argument("--model", help="model override")
+    p.add_argument("--skill", action="append", default=[], help="keep this skill (repeatable)")
+    p.add_argument("--mcp", action="append", default=[], help="keep this MCP server (repeatable)")
+    p.add_argument("--reasoning", choices=("off", "low", "medium", "high"))
+    p.add_argument("--reasoning-api", choices=("enabled", "adaptive"))
+    p.add_argument("--secret", action="append", default=[], help="allow this secret (repeatable)")
+    p.add_argument("--parent", help="the spawning worker (needed with --profile)")
+    p.add_argument("--profile", help="a virtual-agent profile key from the parent's frozen map")
+    p.add_argument("--deadline", type=int, metavar="SECONDS", help="longest the run may take")
+    p.add_argument("--suspend", action="store_true", help="bind now, start the run later")
+    p.add_argument(
+        "-i",
+        "--interactive",
+        action="store_true",
+        help="stay Idle after answering, for queries (otherwise Done after the first answer)",
+    )
+    p.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--wait",
+        nargs="?",
+        const=phases_from("Running"),
+        type=phases_from,
+        metavar="PHASE[,PHASE]",
+        help="wait until the run reaches PHASE (default Running)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="how long --wait waits (default %(default)gs)",
+    )
+
+
+def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """-n, --kubeconfig, -o, -q: before the verb, or (kubectl-style) after it.
+
+    After the verb their defaults are suppressed, so they do not undo the same flag given
+    before it.
+    """
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("global flags") if suppress else parser
+    group.add_argument(
+        "-n",
+        "--namespace",
+        dest="g_namespace",
+        metavar="NAMESPACE",
+        default=default(None),
+        help="namespace (default: the kubeconfig context's)",
+    )
+    group.add_argument(
+        "--kubeconfig",
+        dest="g_kubeconfig",
+        metavar="FILE",
+        default=default(None),
+        help="kubeconfig file (default: KUBECONFIG, then in-cluster, then ~/.kube/config)",
+    )
+    group.add_argument(
+        "-o",
+        "--output",
+        choices=FORMATS,
+        metavar="FORMAT",
+        default=default("table"),
+        help="table (default), json or yaml (a stream, events, prints JSON Lines)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="no progress on stderr",
+    )
+
+
+def add_verbs(sub: Any, root: str) -> None:
+    """Every worker and config verb, on the subparsers `sub`; `root` is how --help examples
+    call the command (agentworkers, or kubectl workers)."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_globals(common, suppress=True)
+
+    def verb(
+        name: str,
+        handler: str,
+        summary: str,
+        examples: Sequence[str],
+        description: str = "",
+        parent: Any = sub,
+        aliases: Sequence[str] = (),
+    ) -> argparse.ArgumentParser:
+        command = f"{root} {'profiles ' if parent is not sub else ''}{name}"
+        parser: argparse.ArgumentParser = parent.add_parser(
+            name,
+            aliases=list(aliases),
+            help=summary,
+            description=textwrap.fill(f"{summary[0].upper()}{summary[1:]}. {description}", 88),
+            epilog="examples:\n" + "".join(f"  {command} {e}\n" for e in examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common],
+        )
+        parser.set_defaults(run=handler)  # a function of agentworkers.cli.verbs
+        return parser
+
+    add_spawn(verb)
+
+    p = verb(
+        "query",
+        "query",
+        "send a message to a worker",
+        ["w1 'now write the tests'", "w1 - < question.txt"],
+        "Appends the message to the worker's queries; the run takes it when idle. A worker "
+        "that has ended takes no query (WorkerFinished, exit 1).",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("message", metavar="MESSAGE", help="the message; - reads it from stdin")
+
+    verb(
+        "list",
+        "list_workers",
+        "list workers, oldest first",
+        ["", "-n team-a -o json | jq -r '.[].name'"],
+        "Sorted by start time, then name: a stable order.",
+        aliases=("ls",),
+    )
+
+    p = verb(
+        "inspect",
+        "inspect",
+        "show a worker's status and recent events",
+        ["w1", "w1 --since 12 -o json"],
+        "Shows the events with an index above --since; pass the printed cursor as the next "
+        "--since to see only what is new.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--since", type=non_negative, default=0, metavar="N", help="event cursor")
+
+    p = verb(
+        "collect",
+        "collect",
+        "wait for a worker to settle, print its output, remove it",
+        ["w1", "w1 --timeout 60 -o json | jq -r .output"],
+        "Waits (on a watch) until the worker is Idle, Done, Failed or Killed, prints its "
+        "phase, output and error (a killed worker's error is the kill reason), then deletes "
+        "it. A timeout exits 5 and removes nothing.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="how long to wait (default %(default)gs)",
+    )
+
+    p = verb(
+        "kill",
+        "kill",
+        "stop a worker's run",
+        ["w1 --reason 'over budget'", "w1 --reason 'superseded by w2' --by planner"],
+        "The operator deletes the pod, marks the worker Killed and posts an Event "
+        "'killed by WHO: REASON'; collect returns the reason as the error.",
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--reason", default="", help="why (default: killed)")
+    p.add_argument("--by", default=_user(), help="who asks (default: your user name)")
+
+    p = verb(
+        "events",
+        "events",
+        "print the events of a worker, or of all",
+        ["w1", "-f", "w1 --follow --since 40 -o json"],
+        "Events come from the workers' status (a bounded ring of recent events), each "
+        "(worker, index) once, in index order per worker. --follow streams new ones until "
+        "interrupted, the timeout, or (for one worker) its deletion.",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="one worker (default: all)")
+    p.add_argument("-f", "--follow", action="store_true", help="stream new events")
+    p.add_argument("--since", type=non_negative, default=0, metavar="N")
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS", help="stop following then")
+
+    p = verb(
+        "explain",
+        "explain",
+        "show a worker's effective config and the layer behind each field",
+        ["child", "child -o json | jq '.fields[] | select(.layer == \"clamp\")'"],
+        "Layers: agent (the AgentConfig, at the revision the run pinned or froze), worker "
+        "(the Worker's own selections), profile (a virtual profile's overlay, from the "
+        "child's sealed binding) and clamp (a profile value the agent's limit cut down).",
+    )
+    p.add_argument("name", metavar="NAME")
+
+    profiles = verb(
+        "profiles",
+        "profiles",
+        "list, show and diff an agent's virtual-agent profiles",
+        ["", "--agent planner --revision 2", "show reviewer -o yaml", "diff 1 2"],
+        "Without a subcommand: the profiles of the active revision with hash and source.",
+    )
+    agent_flags(profiles)
+    nested = profiles.add_subparsers(dest="profiles_command", metavar="{list,show,diff}")
+    agent_flags(verb("list", "profiles", "list profiles", ["", "-r 1"], parent=nested))
+    p = verb(
+        "show",
+        "profile_show",
+        "show one profile in full",
+        ["reviewer", "reviewer --revision 1 -o json"],
+        parent=nested,
+    )
+    p.add_argument("key", metavar="KEY")
+    agent_flags(p)
+    p = verb(
+        "diff",
+        "profile_diff",
+        "compare the profiles of two revisions",
+        ["1 2", "planner-r1 planner-r3 -o json"],
+        "Revisions by id (3, r3) or name (planner-r3). Per key: added, removed, changed "
+        "(with the changed fields) or unchanged.",
+        parent=nested,
+    )
+    p.add_argument("before", metavar="REV1")
+    p.add_argument("after", metavar="REV2")
+    agent_flags(p, revision=False)
+
+    p = verb(
+        "revisions",
+        "revisions",
+        "list an agent's config revisions",
+        ["", "--agent planner -o json"],
+        "Oldest first, with id, digest, profile count and age; ACTIVE marks the one new "
+        "workers freeze.",
+    )
+    agent_flags(p, revision=False)
+
+
+def agent_flags(parser: argparse.ArgumentParser, revision: bool = True) -> None:
+    parser.add_argument(
+        "-a",
+        "--agent",
+        default=argparse.SUPPRESS,
+        help="the AgentConfig (default: the namespace's only one)",
+    )
+    if revision:
+        parser.add_argument(
+            "-r",
+            "--revision",
+            default=argparse.SUPPRESS,
+            metavar="REV",
+            help="id or name (default: the active one)",
+        )
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name (a container with an arbitrary uid)
+        return ""
+
+
+def parsed_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill what suppressed defaults left out (flags shared by a verb and its subcommands)."""
+    for name, value in (("agent", None), ("revision", None)):
+        if not hasattr(args, name):
+            setattr(args, name, value)
+    return args

@@ -1,0 +1,252 @@
+"""How the CLI prints: kubectl-like tables and descriptions for people, JSON and YAML for scripts.
+
+Pure: everything takes values (the client's results) and returns text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
+
+from agentworkers.cli.parsers import EVENT_COLUMNS
+from agentworkers.client import (
+    CollectResult,
+    EventRecord,
+    Explanation,
+    Inspection,
+    ProfileDiff,
+    ProfileSet,
+    RevisionInfo,
+    WorkerInfo,
+    revision_ref,
+)
+
+NONE = "<none>"
+CELL_WIDTH = 60
+COLUMN_GAP = "   "
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready data: models as the API spells them (camelCase), dataclasses likewise."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {to_camel(f.name): plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def dump(value: Any, fmt: str) -> str:
+    """`value` as one JSON or YAML document, ending in a newline."""
+    data = plain(value)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+
+
+def json_line(value: Any) -> str:
+    """One compact JSON object a line (JSON Lines), for streams."""
+    return json.dumps(plain(value), separators=(",", ":")) + "\n"
+
+
+def cell(value: Any, width: int = CELL_WIDTH) -> str:
+    """One table cell: one line, at most `width` characters."""
+    if value is None or value in ("", [], ()):
+        return NONE
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        text = ",".join(cell(v, width) for v in value)
+    elif isinstance(value, Mapping):
+        text = json.dumps(plain(value), separators=(",", ":"))
+    else:
+        text = str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Columns as kubectl lays them out: upper-case headers, left-aligned, three spaces apart."""
+    cells = [[h.upper() for h in headers], *([cell(v) for v in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = (COLUMN_GAP.join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
+    return "".join(line.rstrip() + "\n" for line in lines)
+
+
+def describe(pairs: Sequence[tuple[str, Any]]) -> str:
+    """`Key:  value` lines, as kubectl describe; a multi-line value is indented below its key."""
+    width = max((len(k) for k, _ in pairs), default=0) + 3  # the longest key, two spaces
+    out = []
+    for key, value in pairs:
+        text = value if isinstance(value, str) else cell(value, width=10_000)
+        if "\n" in text.rstrip("\n"):
+            out.append(f"{key}:\n" + "".join(f"  {line}\n" for line in text.splitlines()))
+        else:
+            out.append(f"{f'{key}:':<{width}}{text or NONE}\n")
+    return "".join(out)
+
+
+def parse_time(timestamp: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+def age(timestamp: str | None, now: dt.datetime | None = None) -> str:
+    """How long ago, as kubectl writes it: 45s, 5m30s, 42m, 5h30m, 30h, 3d5h, 120d."""
+    if not timestamp:
+        return NONE
+    now = now or dt.datetime.now(dt.UTC)
+    seconds = max(int((now - parse_time(timestamp)).total_seconds()), 0)
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 120:
+        return f"{seconds}s"
+    if minutes < 10:
+        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+    if hours < 3:
+        return f"{minutes}m"
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if days < 8:
+        return f"{days}d{hours % 24}h" if hours % 24 else f"{days}d"
+    return f"{days}d"
+
+
+def short(digest: str | None) -> str:
+    """A digest or hash as people compare them: its first 12 hex digits."""
+    return digest[:12] if digest else NONE
+
+
+# --- what each verb shows ------------------------------------------------------------
+
+
+def worker_rows(workers: Sequence[WorkerInfo]) -> str:
+    return table(
+        ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE"),
+        (
+            (
+                w.name,
+                w.phase,
+                w.spec.agent,
+                w.spec.profile,
+                w.spec.parent,
+                w.status.last_event,
+                age(w.created),
+            )
+            for w in workers
+        ),
+    )
+
+
+def inspection_text(found: Inspection, since: int) -> str:
+    w, status = found.worker, found.worker.status
+    queries = f"{len(w.spec.queries)} ({status.queries_delivered or 0} delivered)"
+    frozen = status.frozen_revision.name if status.frozen_revision else None
+    revision = revision_ref(w.spec.agent, status.binding.revision) if status.binding else frozen
+    text = describe(
+        [
+            ("Name", w.name),
+            ("Agent", w.spec.agent),
+            ("Profile", w.spec.profile),
+            ("Parent", w.spec.parent),
+            ("Phase", w.phase),
+            ("Started", status.started_at),
+            ("Updated", status.updated_at),
+            ("Pod", status.pod),
+            ("Revision", revision),
+            ("Queries", queries),
+            ("Last Event", status.last_event),
+            ("Error", status.error),
+            ("Output", status.output),
+        ]
+    )
+    text += f"Events (after {since}, next --since {found.cursor}"
+    text += f", {found.missed} no longer kept):\n" if found.missed else "):\n"
+    if not found.events:
+        return text + f"  {cell(None)}\n"
+    rows = table(
+        ("INDEX", "KIND", "AGE", "SUMMARY"),
+        ((e.index, e.kind, age(e.time), e.summary) for e in found.events),
+    )
+    return text + "".join(f"  {line}\n" for line in rows.splitlines())
+
+
+def collect_text(result: CollectResult) -> str:
+    return describe(
+        [
+            ("Name", result.name),
+            ("Phase", result.phase),
+            ("Error", result.error),
+            ("Output", result.output),
+        ]
+    )
+
+
+def event_row(record: EventRecord) -> str:
+    """One streamed row: fixed widths, since the rows to come are not known yet."""
+    values = (record.worker, record.index, record.kind, record.time, record.summary)
+    widths = (width for _, width in EVENT_COLUMNS)
+    cells = [cell(v, w or 200).ljust(w) for v, w in zip(values, widths, strict=True)]
+    return " ".join(cells).rstrip() + "\n"
+
+
+def explanation_text(found: Explanation) -> str:
+    head = describe(
+        [
+            ("Worker", found.worker),
+            ("Agent", found.agent),
+            ("Profile", found.profile),
+            ("Inherits", found.inherits),
+            ("Config", found.config),
+        ]
+    )
+    rows = table(("FIELD", "VALUE", "LAYER"), ((f.field, f.value, f.layer) for f in found.fields))
+    return head + "\n" + rows
+
+
+def profiles_text(found: ProfileSet) -> str:
+    return table(
+        ("KEY", "LABEL", "HASH", "SOURCE", "REVISION"),
+        (
+            (p.profile.key, p.profile.label, short(p.hash), p.source, found.revision.revision)
+            for p in found.profiles
+        ),
+    )
+
+
+def diff_text(found: ProfileDiff) -> str:
+    def fields(change: Any) -> str:
+        return ", ".join(f.path for f in change.fields)
+
+    head = f"{found.agent}: revision {found.before.revision} -> {found.after.revision}\n"
+    return head + table(
+        ("KEY", "CHANGE", "BEFORE", "AFTER", "FIELDS"),
+        (
+            (c.key, c.change, short(c.before_hash), short(c.after_hash), fields(c))
+            for c in found.changes
+        ),
+    )
+
+
+def revisions_text(found: Sequence[RevisionInfo]) -> str:
+    return table(
+        ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE"),
+        (
+            (r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created))
+            for r in found
+        ),
+    )
+
+
+def indented(text: str) -> str:
+    return "".join(f"  {line}\n" for line in text.splitlines())

@@ -1,0 +1,316 @@
+"""The verbs of the CLI over `agentworkers.client`: one parser and one handler each.
+
+A handler takes the client, the parsed arguments and an `Output`, prints its result (a
+table or description for people, `-o json|yaml` for scripts) and returns the exit code;
+errors are raised and mapped to exit codes by `agentworkers.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import yaml
+from pydantic import ValidationError
+
+from agentworkers.api import WorkerSpec
+from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.cli.parsers import EVENT_COLUMNS, UsageError
+from agentworkers.cli.render import (
+    collect_text,
+    describe,
+    diff_text,
+    dump,
+    event_row,
+    explanation_text,
+    indented,
+    inspection_text,
+    json_line,
+    profiles_text,
+    revisions_text,
+    worker_rows,
+)
+from agentworkers.client import (
+    Client,
+    NotFoundError,
+    WorkerInfo,
+)
+from agentworkers.errors import describe as describe_invalid
+
+Handler = Callable[[Client, argparse.Namespace, "Output"], int]
+# How far a run has come: waiting for one phase is satisfied by any later one too (a run
+# that is already Idle has been Running). Failed and Killed end every wait on their own.
+
+
+# --- output ----------------------------------------------------------------------------
+
+
+@dataclass
+class Output:
+    fmt: str
+    quiet: bool = False
+    stdout: TextIO = field(default_factory=lambda: sys.stdout)
+    stderr: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def show(self, value: Any, text: Callable[[], str], empty: str = "") -> None:
+        """`text()` for people, or `value` as one JSON/YAML document.
+
+        `empty` says there is nothing to show: like kubectl, on stderr, so stdout stays empty.
+        """
+        if self.fmt != "table":
+            self.stdout.write(dump(value, self.fmt))
+        elif empty:
+            self.note(empty)
+        else:
+            self.stdout.write(text())
+
+    def note(self, message: str) -> None:
+        """A remark for people (not an error: --quiet silences it)."""
+        if not self.quiet:
+            self.stderr.write(message + "\n")
+
+    def waiting(self, verb: str) -> Waiting | None:
+        return None if self.quiet else Waiting(verb, self.stderr)
+
+
+class Waiting:
+    """Progress on stderr while a command waits: on a terminal one line kept up to date,
+    elsewhere (a CI log) one line per change."""
+
+    def __init__(self, verb: str, stream: TextIO) -> None:
+        self.verb = verb
+        self.stream = stream
+        self.live = stream.isatty()
+        self.started = time.monotonic()
+        self.last: str | None = None
+
+    def __call__(self, info: WorkerInfo) -> None:
+        state = info.phase + (f" ({info.status.last_event})" if info.status.last_event else "")
+        line = f"{self.verb} {info.name}: {state}, {time.monotonic() - self.started:.0f}s"
+        if self.live:
+            self.stream.write("\r\x1b[K" + line)
+        elif state != self.last:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self.last = state
+
+    def done(self) -> None:
+        if self.live and self.last is not None:
+            self.stream.write("\n")
+
+
+# --- shared bits -----------------------------------------------------------------------
+
+
+def agent_of(client: Client, args: argparse.Namespace) -> str:
+    """--agent, or the namespace's only agent."""
+    if args.agent:
+        return str(args.agent)
+    agents = client.agents()
+    if len(agents) == 1:
+        return agents[0]
+    if not agents:
+        raise NotFoundError(f"no AgentConfig in namespace {client.namespace}")
+    raise UsageError(
+        f"namespace {client.namespace} has several agents ({', '.join(agents)}): "
+        "pick one with --agent"
+    )
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+# --- spawn -----------------------------------------------------------------------------
+
+_SPEC_FLAGS = {  # flag dest -> WorkerSpec field, as the API spells it
+    "agent": "agent",
+    "kind": "kind",
+    "description": "description",
+    "prompt": "prompt",
+    "provider": "provider",
+    "model": "model",
+    "skill": "skills",
+    "mcp": "mcps",
+    "reasoning": "reasoning",
+    "reasoning_api": "reasoningAPI",
+    "secret": "allowedSecrets",
+    "message": "initialMessage",
+    "parent": "parent",
+    "profile": "profile",
+    "deadline": "deadlineSeconds",
+}
+
+
+def spawn_request(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """Name, spec fields and labels from -f FILE (a Worker or its spec) overlaid by flags."""
+    base: dict[str, Any] = {}
+    name = args.name
+    labels: dict[str, str] = {}
+    if args.file:
+        loaded = yaml.safe_load(_read(args.file)) or {}
+        if not isinstance(loaded, dict):
+            raise UsageError(f"{args.file}: expected a Worker or a Worker spec (a mapping)")
+        if loaded.get("kind") == "Worker":
+            metadata = loaded.get("metadata") or {}
+            name = name or metadata.get("name")
+            labels.update(metadata.get("labels") or {})
+            loaded = loaded.get("spec") or {}
+        base = dict(loaded)
+    if not name:
+        raise UsageError("spawn needs a NAME (or -f with a Worker that has metadata.name)")
+    for dest, wire in _SPEC_FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None and value != []:
+            base[wire] = value
+    if args.suspend:
+        base["suspend"] = True
+    if args.interactive:
+        base["interactive"] = True
+    for label in args.label:
+        key, sep, value = label.partition("=")
+        if not sep:
+            raise UsageError(f"--label {label!r}: expected KEY=VALUE")
+        labels[key] = value
+    return name, base, labels
+
+
+def spawn(client: Client, args: argparse.Namespace, out: Output) -> int:
+    name, fields, labels = spawn_request(args)
+    if "agent" not in fields:
+        fields["agent"] = agent_of(client, args)
+    try:
+        spec = WorkerSpec.model_validate(fields)
+    except ValidationError as e:
+        raise UsageError(str(describe_invalid(e))) from e
+    waiting = out.waiting("spawn") if args.wait else None
+    try:
+        info = client.spawn(
+            name, spec, labels, wait=args.wait, timeout=args.timeout, progress=waiting
+        )
+    finally:
+        if waiting:
+            waiting.done()
+    out.show(info, lambda: f"worker/{name} spawned{f' ({info.phase})' if args.wait else ''}\n")
+    if args.wait and info.phase in TERMINAL_PHASES and info.phase not in args.wait:
+        out.stderr.write(f"error: worker {name!r} is {info.phase}: {info.status.error or '-'}\n")
+        return 1
+    return 0
+
+
+# --- query, list, inspect, kill --------------------------------------------------------
+
+
+def query(client: Client, args: argparse.Namespace, out: Output) -> int:
+    message = _read("-") if args.message == "-" else args.message
+    info = client.query(args.name, message)
+    out.show(info, lambda: f"worker/{info.name} queried (query {len(info.spec.queries)})\n")
+    return 0
+
+
+def list_workers(client: Client, args: argparse.Namespace, out: Output) -> int:
+    workers = client.list()
+    empty = "" if workers else f"No workers found in namespace {client.namespace}."
+    out.show(workers, lambda: worker_rows(workers), empty)
+    return 0
+
+
+def inspect(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.inspect(args.name, since=args.since)
+    out.show(found, lambda: inspection_text(found, args.since))
+    return 0
+
+
+def kill(client: Client, args: argparse.Namespace, out: Output) -> int:
+    info = client.kill(args.name, reason=args.reason, by=args.by)
+    kill = info.spec.kill
+    out.show(info, lambda: f"worker/{info.name} killed{f': {kill.reason}' if kill else ''}\n")
+    return 0
+
+
+# --- collect ---------------------------------------------------------------------------
+
+
+def collect(client: Client, args: argparse.Namespace, out: Output) -> int:
+    waiting = out.waiting("collect")
+    try:
+        result = client.collect(args.name, timeout=args.timeout, progress=waiting)
+    finally:
+        if waiting:
+            waiting.done()
+    out.show(result, lambda: collect_text(result))
+    return 0
+
+
+# --- events ----------------------------------------------------------------------------
+
+
+def events(client: Client, args: argparse.Namespace, out: Output) -> int:
+    header = "".join(h.ljust(w) + " " for h, w in EVENT_COLUMNS).rstrip() + "\n"
+    if out.fmt == "table" and args.follow:  # at once: a follower sees it is listening
+        out.stdout.write(header)
+        out.stdout.flush()
+    shown = 0
+    for record in client.events(
+        args.name, follow=args.follow, since=args.since, timeout=args.timeout
+    ):
+        if out.fmt == "table":
+            out.stdout.write((header if not (shown or args.follow) else "") + event_row(record))
+        elif out.fmt == "json":
+            out.stdout.write(json_line(record))
+        else:
+            out.stdout.write("---\n" + dump(record, "yaml"))
+        out.stdout.flush()
+        shown += 1
+    if not shown and out.fmt == "table" and not args.follow:
+        where = f"worker {args.name}" if args.name else f"namespace {client.namespace}"
+        out.note(f"No events found in {where}.")
+    return 0
+
+
+# --- explain ---------------------------------------------------------------------------
+
+
+def explain(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.explain(args.name)
+    out.show(found, lambda: explanation_text(found))
+    return 0
+
+
+# --- profiles, revisions ---------------------------------------------------------------
+
+
+def profiles(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.profiles(agent_of(client, args), args.revision)
+    empty = "" if found.profiles else f"No profiles in revision {found.revision.name}."
+    out.show(found, lambda: profiles_text(found), empty)
+    return 0
+
+
+def profile_show(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.profile(agent_of(client, args), args.key, args.revision)
+    profile = found.profile.model_dump(by_alias=True, exclude_none=True, mode="json")
+    text = describe([("Key", found.profile.key), ("Hash", found.hash), ("Source", found.source)])
+    out.show(
+        found, lambda: text + "Profile:\n" + indented(yaml.safe_dump(profile, sort_keys=False))
+    )
+    return 0
+
+
+def profile_diff(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.diff_revisions(agent_of(client, args), args.before, args.after)
+    out.show(found, lambda: diff_text(found))
+    return 0
+
+
+def revisions(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.revisions(agent_of(client, args))
+    out.show(found, lambda: revisions_text(found), "" if found else "No revisions found.")
+    return 0

@@ -1,0 +1,213 @@
+"""The client's reads of the config plane: agents, revisions, profiles, diffs, and a
+worker's effective config (`explain`). `Client` has these as methods."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+from agentworkers.api import (
+    AgentConfigRevisionSpec,
+    AgentConfigSpec,
+    FrozenProfile,
+)
+from agentworkers.api.agentconfig import AgentConfigStatus
+from agentworkers.api.names import AGENT_LABEL, BINDING_ANNOTATION
+from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
+from agentworkers.client.results import (
+    Body,
+    Explanation,
+    ProfileDiff,
+    ProfileSet,
+    RevisionInfo,
+    WorkerInfo,
+    diff_profiles,
+    explain_fields,
+    revision_ref,
+)
+from agentworkers.core.effective import EffectiveConfig, resolve
+from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV
+from agentworkers.core.spawning import decode_binding
+from agentworkers.errors import REFUSALS, ApiError
+from agentworkers.kube.api import Api
+from agentworkers.virtualagent import Profile
+
+
+class Reads:
+    """Reads of one namespace, errors translated; the base of `Client`."""
+
+    api: Api
+    namespace: str
+
+    def _get_object(self, plural: str, name: str, not_found: ClientError) -> Body:
+        try:
+            found = self.api.get(plural, self.namespace, name)
+        except ApiError as e:
+            raise translate(e) from e
+        if found is None:
+            raise not_found
+        return found
+
+    def _items(self, plural: str, labels: str = "") -> builtins.list[Body]:
+        try:
+            return list(self.api.list(plural, self.namespace, labels=labels).get("items", []))
+        except ApiError as e:
+            raise translate(e) from e
+
+    def _unknown(self, name: str) -> UnknownWorkerError:
+        return UnknownWorkerError(f"unknown worker {name!r} in namespace {self.namespace}")
+
+    def _get(self, name: str) -> Body:
+        return self._get_object("workers", name, self._unknown(name))
+
+
+class ConfigReads(Reads):
+    def explain(self, name: str) -> Explanation:
+        """The worker's effective config, and which layer (agent, worker, profile, clamp,
+        inherited) set each field.
+
+        Once the run has its pod, this is what the operator decided and the pod runs
+        with. Before, it is worked out the same way: the agent layer is the revision the
+        run pinned (a profiled child's binding) or froze, else the live AgentConfig; a
+        profiled child's profile is the sealed snapshot in its binding annotation.
+        """
+        body = self._get(name)
+        info = WorkerInfo.from_body(body)
+        spec = info.spec
+        inherited = info.status.inherited
+        inherits = (
+            f"profile {inherited.profile!r} of worker {inherited.worker}" if inherited else None
+        )
+        profile: Profile | None = None
+        pinned: str | None = None
+        if spec.profile:
+            annotation = (body["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION)
+            if annotation is None:
+                raise ClientError(
+                    f"worker {name!r} has no binding yet: the operator binds a profiled "
+                    "child at spawn (is it running?)"
+                )
+            try:
+                binding = decode_binding(annotation)
+            except REFUSALS as e:
+                raise ClientError(f"{e.reason}: {e}") from e
+            pinned = revision_ref(spec.agent, binding.config_revision_id)
+            profile = binding.profile
+        elif info.status.frozen_revision is not None:
+            pinned = info.status.frozen_revision.name
+        decided = self._pod_config(info.status.pod) if info.status.pod else None
+        if decided is not None:
+            where = f"AgentConfigRevision/{pinned}" if pinned else f"AgentConfig/{spec.agent}"
+            return Explanation(
+                name, spec.agent, spec.profile, where, explain_fields(decided), inherits
+            )
+        config, where, revision = self._config_at(spec.agent, pinned)
+        if spec.profile and profile is None and revision is not None:
+            # An older binding without the sealed snapshot: the pinned revision's map has it.
+            found = [
+                p.profile for p in revision.profile_map.profiles if p.profile.key == spec.profile
+            ]
+            profile = found[0] if found else None
+        effective = resolve(config, spec, profile)
+        return Explanation(
+            name, spec.agent, spec.profile, where, explain_fields(effective), inherits
+        )
+
+    def _pod_config(self, pod: str) -> EffectiveConfig | None:
+        """The effective config the operator gave the run's pod; None if it cannot be read."""
+        try:
+            found = self.api.get("pods", self.namespace, pod)
+        except ApiError:
+            return None  # not readable with these credentials
+        for container in ((found or {}).get("spec") or {}).get("containers", []):
+            for env in container.get("env") or ():
+                if env.get("name") == EFFECTIVE_CONFIG_ENV and env.get("value"):
+                    return EffectiveConfig.model_validate_json(env["value"])
+        return None
+
+    def _config_at(
+        self, agent: str, revision: str | None
+    ) -> tuple[AgentConfigSpec, str, AgentConfigRevisionSpec | None]:
+        if revision is not None:
+            try:
+                spec = self._revision_spec(revision)
+                return spec.config, f"AgentConfigRevision/{revision}", spec
+            except NotFoundError:
+                pass  # pruned: the live config is the best there is
+        body = self._agent_body(agent)
+        return AgentConfigSpec.model_validate(body["spec"]), f"AgentConfig/{agent}", None
+
+    def agents(self) -> builtins.list[str]:
+        return sorted(b["metadata"]["name"] for b in self._items("agentconfigs"))
+
+    def _agent_body(self, agent: str) -> Body:
+        missing = NotFoundError(f"unknown agent {agent!r} in namespace {self.namespace}")
+        return self._get_object("agentconfigs", agent, missing)
+
+    def _revision_body(self, name: str) -> Body:
+        missing = NotFoundError(f"unknown revision {name!r} in namespace {self.namespace}")
+        return self._get_object("agentconfigrevisions", name, missing)
+
+    def _revision_spec(self, name: str) -> AgentConfigRevisionSpec:
+        return AgentConfigRevisionSpec.model_validate(self._revision_body(name)["spec"])
+
+    def _active(self, agent: str) -> str | None:
+        status = AgentConfigStatus.model_validate(self._agent_body(agent).get("status") or {})
+        return status.active_revision.name if status.active_revision else None
+
+    @staticmethod
+    def _revision_info(body: dict[str, Any], active: str | None) -> RevisionInfo:
+        spec = AgentConfigRevisionSpec.model_validate(body["spec"])
+        name = body["metadata"]["name"]
+        return RevisionInfo(
+            name=name,
+            agent=spec.agent,
+            revision=spec.revision,
+            digest=spec.digest,
+            created=body["metadata"].get("creationTimestamp", ""),
+            active=name == active,
+            profiles=len(spec.profile_map.profiles),
+        )
+
+    def revisions(self, agent: str) -> builtins.list[RevisionInfo]:
+        """The agent's revision history, oldest first."""
+        active = self._active(agent)
+        found = self._items("agentconfigrevisions", labels=f"{AGENT_LABEL}={agent}")
+        return sorted((self._revision_info(b, active) for b in found), key=lambda r: r.revision)
+
+    def revision(
+        self, agent: str, ref: str | int | None = None
+    ) -> tuple[RevisionInfo, AgentConfigRevisionSpec]:
+        """One revision of the agent (by id or name); None: the active one."""
+        active = self._active(agent)
+        name = revision_ref(agent, ref) if ref is not None else active
+        if name is None:
+            raise NotFoundError(f"agent {agent!r} has no active revision yet")
+        body = self._revision_body(name)
+        info = self._revision_info(body, active)
+        if info.agent != agent:
+            raise NotFoundError(f"revision {name!r} belongs to agent {info.agent!r}, not {agent!r}")
+        return info, AgentConfigRevisionSpec.model_validate(body["spec"])
+
+    def profiles(self, agent: str, revision: str | int | None = None) -> ProfileSet:
+        """The profiles of a revision's frozen map (default: the active revision)."""
+        info, spec = self.revision(agent, revision)
+        return ProfileSet(info, spec.profile_map.profiles)
+
+    def profile(self, agent: str, key: str, revision: str | int | None = None) -> FrozenProfile:
+        found = self.profiles(agent, revision)
+        for frozen in found.profiles:
+            if frozen.profile.key == key:
+                return frozen
+        known = ", ".join(p.profile.key for p in found.profiles) or "none"
+        raise NotFoundError(
+            f"no profile {key!r} in revision {found.revision.name} (known: {known})"
+        )
+
+    def diff_revisions(self, agent: str, before: str | int, after: str | int) -> ProfileDiff:
+        """How the profile maps of two revisions differ."""
+        old, old_spec = self.revision(agent, before)
+        new, new_spec = self.revision(agent, after)
+        return ProfileDiff(
+            agent, old, new, diff_profiles(old_spec.profile_map, new_spec.profile_map)
+        )

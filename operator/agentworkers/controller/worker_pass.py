@@ -1,0 +1,98 @@
+"""One reconcile pass's view of a Worker: its body, decoded spec, and the status it will write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import kopf
+from pydantic import ValidationError
+
+from agentworkers.api import reasons
+from agentworkers.api.worker import RUNTIME_STATUS, WorkerSpec, WorkerStatus
+from agentworkers.core.conditions import Status, now, set_condition
+from agentworkers.errors import describe
+from agentworkers.kube.repository import Repository
+
+
+@dataclass
+class Worker:
+    """One pass's view of a Worker, and the status it will write."""
+
+    body: dict[str, Any]
+    spec: WorkerSpec
+    status: WorkerStatus
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def generation(self) -> int | None:
+        generation = self.body["metadata"].get("generation")
+        return int(generation) if generation is not None else None
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return self.body["metadata"].get("annotations") or {}
+
+    def update(self, **changes: Any) -> None:
+        self.status = self.status.model_copy(update=changes)
+
+    def condition(self, type_: str, status: Status, reason: str, message: str) -> None:
+        conditions = set_condition(
+            self.status.conditions, type_, status, reason, message, self.generation
+        )
+        self.update(conditions=conditions)
+
+    def wait(self, reason: str, message: str) -> NoReturn:
+        """The run cannot go on yet: say why (Ready=False) and try again shortly."""
+        self.update(phase=self.status.phase or "Pending")
+        self.condition(reasons.READY, "False", reason, message)
+        raise kopf.TemporaryError(message, delay=5)
+
+    def save(self, storage: Repository, before: dict[str, Any]) -> None:
+        """Write the fields that changed, if any but timestamps did.
+
+        Only on the version read: the runtime reports to the same status, and a stale
+        write must not undo its report (a 409 makes the pass run again on fresh data).
+        """
+        status = self.status.model_copy(update={"observed_generation": self.generation})
+        new, old = comparable(status.wire()), comparable(before)
+        if new == old:
+            return
+        self.status = status.model_copy(update={"updated_at": now()})
+        wire = self.status.wire()
+        changed = {k: v for k, v in wire.items() if k == "updatedAt" or new.get(k) != old.get(k)}
+        version = storage.patch_status(
+            "workers", self.namespace, self.name, changed, self.body["metadata"]["resourceVersion"]
+        )
+        if version:
+            self.body["metadata"]["resourceVersion"] = version
+
+
+def load(body: dict[str, Any]) -> Worker:
+    try:
+        status = WorkerStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        status = WorkerStatus()  # unreadable status is recomputed
+    try:
+        spec = WorkerSpec.model_validate(body.get("spec") or {})
+    except ValidationError as e:
+        raise describe(e) from e
+    return Worker(body, spec, status)
+
+
+def comparable(status: dict[str, Any]) -> dict[str, Any]:
+    """A status without what changes on every write (timestamps) and without what only the
+    runtime writes (the store does not keep it), for change detection."""
+    conditions = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"}
+        for c in status.get("conditions", [])
+    ]
+    kept = {k: v for k, v in status.items() if k != "updatedAt" and k not in RUNTIME_STATUS}
+    return {**kept, "conditions": conditions}

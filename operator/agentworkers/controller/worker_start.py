@@ -1,0 +1,177 @@
+"""A Worker's way to its pod: bind a profiled child, grant its parent access, start the run.
+
+Every write here is safe to repeat: the binding carries a resourceVersion precondition
+(it is written once), the pod has a deterministic name and is adopted when a crashed pass
+made it already, the runtime's RBAC objects are created or kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import kopf
+
+from agentworkers.api import AgentConfigSpec, reasons
+from agentworkers.api.agentconfig import RevisionRef
+from agentworkers.api.names import (
+    AGENT_LABEL,
+    BINDING_ANNOTATION,
+    FROZEN_ANNOTATION,
+    REVISION_LABEL,
+)
+from agentworkers.api.worker import InheritedBounds
+from agentworkers.controller import metrics
+from agentworkers.controller.worker_pass import Worker, load
+from agentworkers.core.access import access_objects, account_name, role_rules
+from agentworkers.core.checks import check_secrets
+from agentworkers.core.effective import EffectiveConfig, inherit, resolve
+from agentworkers.core.pods import build_pod
+from agentworkers.core.spawning import (
+    ParentRun,
+    ancestor_profile,
+    check_spawn,
+    encode_binding,
+    summary,
+    verify_run_start,
+)
+from agentworkers.errors import REFUSALS, ApiError, RunFailedError
+from agentworkers.kube.repository import Conflict, Repository, ref
+from agentworkers.virtualagent import Profile
+
+
+def bind(
+    storage: Repository,
+    worker: Worker,
+    parent_body: dict[str, Any] | None,
+    parent: ParentRun | None,
+    live: RevisionRef,
+) -> None:
+    """Check the spawn and write the binding annotation, once, before any pod exists."""
+    frozen_revision = (
+        storage.revision_spec(worker.namespace, parent.frozen.name)
+        if parent and parent.frozen
+        else None
+    )
+    try:
+        binding = check_spawn(worker.spec, parent, frozen_revision, live)
+    except REFUSALS as error:
+        metrics.SPAWN_REFUSALS.labels(reason=error.reason, stage="handler").inc()
+        raise
+    revision = parent.frozen.name if parent and parent.frozen else ""
+    adopt(
+        storage,
+        worker,
+        parent_body,
+        {BINDING_ANNOTATION: encode_binding(binding)},
+        {AGENT_LABEL: worker.spec.agent, REVISION_LABEL: revision},
+    )
+    worker.update(binding=summary(binding))
+    worker.condition(
+        reasons.PROFILE_BOUND,
+        "True",
+        reasons.BOUND,
+        f"profile {binding.key!r} pinned to revision {binding.config_revision_id}",
+    )
+
+
+def adopt(
+    storage: Repository,
+    worker: Worker,
+    parent_body: dict[str, Any] | None,
+    annotations: dict[str, str],
+    labels: dict[str, str],
+) -> None:
+    """Write the binding and the parent's ownerReference: the child stays owned by its parent."""
+    owners = list(worker.body["metadata"].get("ownerReferences") or [])
+    if parent_body is not None and parent_body["metadata"]["uid"] not in {
+        o.get("uid") for o in owners
+    }:
+        owners.append(ref(parent_body, controller=False))
+    elif not annotations:
+        return
+    try:
+        version = storage.patch_metadata("workers", worker.body, annotations, labels, owners)
+    except ApiError as e:
+        if e.status != 409:
+            raise
+        # Someone wrote in between (perhaps a binding): read again rather than overwrite.
+        raise kopf.TemporaryError("the Worker changed while binding; retrying", delay=1) from e
+    meta = worker.body["metadata"]
+    meta["resourceVersion"] = version
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    if parent_body is not None:
+        grant(storage, parent_body)
+
+
+def grant(storage: Repository, body: dict[str, Any]) -> None:
+    """Keep a runtime's Role in step with its children (it may read, patch, delete them)."""
+    meta = body["metadata"]
+    children = storage.children(meta["namespace"], meta["name"])
+    rules = role_rules(meta["name"], body["spec"]["agent"], children)
+    storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
+
+
+def start(
+    storage: Repository,
+    worker: Worker,
+    config: AgentConfigSpec,
+    active: RevisionRef,
+    parent: ParentRun | None,
+    ancestor: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Run start: verify the pin against the current map, freeze, create the one pod."""
+    profile: Profile | None = None
+    if worker.spec.profile:
+        current = storage.revision_spec(worker.namespace, active.name)
+        try:
+            binding, profile = verify_run_start(
+                worker.spec,
+                worker.annotations.get(BINDING_ANNOTATION),
+                worker.status.binding,
+                parent,
+                current,
+            )
+        except REFUSALS as error:
+            metrics.PIN_FAILURES.labels(reason=error.reason).inc()
+            raise
+        worker.update(binding=summary(binding))
+    check_secrets(worker.spec, config.allowed_secrets)
+    effective = resolve(config, worker.spec, profile)
+    if ancestor is not None and not worker.spec.profile:
+        effective = _bounded(worker, config, ancestor, effective)
+    children = storage.children(worker.namespace, worker.name)
+    if not storage.ensure_access(access_objects(worker.body, worker.spec.agent, children)):
+        grant(storage, worker.body)  # made by an earlier pass: its children may have changed
+    pod = build_pod(
+        worker.body, worker.spec, config, effective, service_account=account_name(worker.name)
+    )
+    # A top-level run freezes its agent's active revision: its children bind against it.
+    frozen = None if worker.spec.profile else active
+    if frozen is not None:
+        pod["metadata"]["annotations"] = {FROZEN_ANNOTATION: frozen.model_dump_json(by_alias=True)}
+    try:
+        created = storage.create_pod(pod, worker.body["metadata"]["uid"])
+    except Conflict as e:
+        raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
+    metrics.SPAWNS.inc()
+    born = dt.datetime.fromisoformat(
+        worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+    )
+    metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
+    return created
+
+
+def _bounded(
+    worker: Worker, config: AgentConfigSpec, ancestor: dict[str, Any], own: EffectiveConfig
+) -> EffectiveConfig:
+    """A run below a profile run never gets more than that run's effective config."""
+    above = load(ancestor)
+    profile = ancestor_profile(
+        above.spec, above.annotations.get(BINDING_ANNOTATION), above.status.binding
+    )
+    if profile is None:
+        worker.wait(reasons.ANCESTOR_NOT_BOUND, f"worker {above.name} has no profile binding yet")
+    via = InheritedBounds(worker=above.name, profile=profile.key)
+    worker.update(inherited=via)
+    return inherit(own, resolve(config, above.spec, profile), via)

@@ -1,0 +1,22 @@
+"""Rules that admission and the handlers both enforce, each written once.
+
+Admission refuses the write; a handler, which must hold when admission is off, fails
+the run or the config with the same reason and words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from agentworkers.api.worker import WorkerSpec
+from agentworkers.errors import SecretNotAllowedError
+
+
+def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
+    """A Worker may name only API-key Secrets its AgentConfig allows."""
+    refused = sorted(set(worker.allowed_secrets) - set(allowed))
+    if refused:
+        raise SecretNotAllowedError(
+            f"AgentConfig {worker.agent} does not allow secret(s) {', '.join(refused)}",
+            field="spec.allowedSecrets",
+        )

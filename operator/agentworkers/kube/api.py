@@ -1,0 +1,202 @@
+"""The one place that sends requests to the Kubernetes API server.
+
+Raw JSON over the official client's connection pool: no typed models to build and
+validate on the hot path, and one translation of failures. Everything above deals in
+plain bodies (`dict`) and `agentworkers.errors.ApiError`:
+
+* a refusal carries the HTTP status, the server's message and, for a refusal of ours
+  (admission), its reason and field from the Status's `details.causes`;
+* an unreachable or silent server is an `ApiError` with `status` None.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import urllib3
+from kubernetes.client import ApiClient
+
+from agentworkers.api.common import GROUP, VERSION
+from agentworkers.errors import AgentWorkersError, ApiError
+
+Body = dict[str, Any]
+Query = list[tuple[str, str]]
+
+JSON = "application/json"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+# Core and RBAC kinds the operator and the client touch, by plural.
+_CORE = {"pods": "/api/v1", "events": "/api/v1", "serviceaccounts": "/api/v1"}
+_RBAC = "/apis/rbac.authorization.k8s.io/v1"
+_PATHS = {
+    **_CORE,
+    "roles": _RBAC,
+    "rolebindings": _RBAC,
+    "leases": "/apis/coordination.k8s.io/v1",
+}
+
+
+def path(plural: str, namespace: str, name: str = "", subresource: str = "") -> str:
+    """The REST path of a namespaced collection or object, core or ours."""
+    root = _PATHS.get(plural, f"/apis/{GROUP}/{VERSION}")
+    base = f"{root}/namespaces/{namespace}/{plural}"
+    return "/".join(p for p in (base, name, subresource) if p)
+
+
+def refusal(status: int | None, reason: str, data: bytes | str) -> ApiError:
+    """An error response as an ApiError: the server's message, and our cause if any."""
+    try:
+        body = json.loads(data)
+        message = str(body.get("message") or "")
+        causes = (body.get("details") or {}).get("causes") or [{}]
+    except (TypeError, ValueError, AttributeError):
+        return ApiError(f"{status} {reason}", status)
+    ours = causes[0]
+    cause = None
+    if ours.get("reason") and ours.get("message"):
+        cause = AgentWorkersError(
+            str(ours["message"]), str(ours.get("field") or ""), reason=str(ours["reason"])
+        )
+    rule = f"{status} {reason}: {message}" if message else f"{status} {reason}"
+    return ApiError(rule, status, cause)
+
+
+@dataclass
+class Api:
+    """Requests on one pooled client (`agentworkers.kube.connect`)."""
+
+    client: ApiClient
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        query: Query | None = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> Body:
+        response = self._send(method, url, body, query, content_type, timeout)
+        data = response.data
+        return cast(Body, json.loads(data)) if data else {}
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        query: Query | None,
+        content_type: str,
+        timeout: float | None,
+    ) -> Any:
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self.client.param_serialize(
+            method, url, query_params=query, header_params=headers, body=body,
+            auth_settings=["BearerToken"],
+        )  # fmt: skip
+        try:
+            response = self.client.call_api(*request, _request_timeout=timeout).response
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiError(f"cannot reach the API server: {e}") from e
+        if response.status >= 400:
+            raise refusal(response.status, response.reason, response.data)
+        return response
+
+    def fetch(self, url: str) -> Body | None:
+        """GET, None when there is no such object."""
+        try:
+            return self.request("GET", url)
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # --- resources -----------------------------------------------------------------
+
+    def get(self, plural: str, namespace: str, name: str) -> Body | None:
+        return self.fetch(path(plural, namespace, name))
+
+    def list(self, plural: str, namespace: str, *, labels: str = "", fields: str = "") -> Body:
+        """The list (its `items` and `metadata.resourceVersion`)."""
+        query = [(k, v) for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v]
+        return self.request("GET", path(plural, namespace), query=query)
+
+    def create(self, plural: str, namespace: str, body: Mapping[str, Any]) -> Body:
+        return self.request("POST", path(plural, namespace), body)
+
+    def patch(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        patch: Any,
+        content_type: str = MERGE,
+        subresource: str = "",
+    ) -> Body:
+        return self.request(
+            "PATCH", path(plural, namespace, name, subresource), patch, content_type=content_type
+        )
+
+    def delete(
+        self, plural: str, namespace: str, name: str, options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.request("DELETE", path(plural, namespace, name), options)
+
+    def watch(
+        self,
+        plural: str,
+        namespace: str,
+        version: str,
+        seconds: int,
+        *,
+        fields: str = "",
+    ) -> Iterator[Body]:
+        """The watch events from `version` on, for at most `seconds` (the server ends it);
+        a connection gone silent for 30 s longer is an ApiError. A `410 Gone` (the version
+        is too old) arrives as an ApiError with status 410, like a refused request."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(seconds)),
+        ]
+        if fields:
+            query.append(("fieldSelector", fields))
+        response = self._send("GET", path(plural, namespace), None, query, JSON, seconds + 30)
+        pending = b""
+        try:
+            for chunk in response.stream(amt=None, decode_content=True):
+                # One event per line; a chunk may end inside one.
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise refusal(
+                            status.get("code"), status.get("reason", ""), json.dumps(status)
+                        )
+                    yield event
+        except urllib3.exceptions.HTTPError as e:
+            raise ApiError(f"the watch broke: {e}") from e
+        finally:
+            response.release_conn()
+
+    def whoami(self) -> str:
+        """The username the API server knows this client by (a SelfSubjectReview)."""
+        review = self.request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        username = ((review.get("status") or {}).get("userInfo") or {}).get("username")
+        if not username:
+            raise ApiError("the API server did not say who this client is (SelfSubjectReview)")
+        return str(username)

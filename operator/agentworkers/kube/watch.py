@@ -1,0 +1,76 @@
+"""The one list-then-watch loop, for the client's waits and event streams and the runtime.
+
+(The operator's own watches are kopf's; they feed `agentworkers.kube.store`.)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Literal
+
+from agentworkers.errors import ApiError
+from agentworkers.kube.api import Api, Body
+
+# A watch is reopened at least this often, so a waiter can report progress and notice its
+# deadline even when nothing changes.
+HEARTBEAT_SECONDS = 10.0
+
+Change = Literal["ADDED", "MODIFIED", "DELETED", "SYNCED", "IDLE"]
+
+
+def observe(
+    api: Api,
+    plural: str,
+    namespace: str,
+    *,
+    name: str | None = None,
+    deadline: float | None = None,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> Iterator[tuple[Change, Body | None]]:
+    """Every change of one object (`name`) or of all, from now on, without polling.
+
+    Yields ("ADDED" | "MODIFIED" | "DELETED", body), ("SYNCED", None) after each listing
+    and ("IDLE", None) after each quiet spell of at most `heartbeat` seconds. It lists,
+    then watches from the listing's resourceVersion, so nothing falls in between; when a
+    watch expires (410 Gone) it lists again, and what vanished meanwhile comes out
+    DELETED. Ends at the deadline (monotonic clock); a broken connection is an ApiError.
+    """
+    fields = f"metadata.name={name}" if name else ""
+    known: dict[str, Body] = {}
+    while True:
+        listing = api.list(plural, namespace, fields=fields)
+        version = listing["metadata"]["resourceVersion"]
+        current = {b["metadata"]["uid"]: b for b in listing.get("items", [])}
+        for uid in known.keys() - current.keys():
+            yield "DELETED", known.pop(uid)
+        for uid, body in current.items():
+            known[uid] = body
+            yield "ADDED", body
+        yield "SYNCED", None
+        while True:
+            spell = heartbeat
+            if deadline is not None:
+                spell = min(spell, deadline - time.monotonic())
+                if spell <= 0:
+                    return
+            try:
+                for event in api.watch(
+                    plural, namespace, version, max(1, math.ceil(spell)), fields=fields
+                ):
+                    body = event["object"]
+                    version = body["metadata"]["resourceVersion"]
+                    kind = event["type"]
+                    if kind == "BOOKMARK":
+                        continue
+                    if kind == "DELETED":
+                        known.pop(body["metadata"]["uid"], None)
+                    else:
+                        known[body["metadata"]["uid"]] = body
+                    yield kind, body
+            except ApiError as e:
+                if e.status != 410:
+                    raise
+                break  # expired: list again
+            yield "IDLE", None

@@ -1,0 +1,143 @@
+"""Two controller replicas split the namespaces; a SIGKILLed one's shard is served again.
+
+Its own namespaces (outside the session operator's pattern), two operator processes with
+`--shards=2`, a burst of Workers across namespaces of both shards. Each replica starts
+exactly the pods of its own shard (its `agentworkers_spawns_total`), every Worker gets its
+pod once, and after one replica is SIGKILLed new Workers in its namespaces get their pods
+within 30 s from the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from agentworkers.controller.sharding import shard_of
+from tests.e2e.support import CONFIG, Cluster, Operator, wait_until, worker
+
+PER_NAMESPACE = 6
+
+
+def metric(operator: Operator, name: str) -> int:
+    found = re.search(rf"^{name} (\S+)$", operator.metrics(), re.M)
+    return int(float(found.group(1))) if found else 0
+
+
+def spawns(operator: Operator) -> int:
+    return metric(operator, "agentworkers_spawns_total")
+
+
+def held(operator: Operator) -> int:
+    return metric(operator, "agentworkers_shards_held")
+
+
+@pytest.fixture
+def shard_namespaces(cluster: Cluster) -> Iterator[tuple[str, dict[int, list[str]]]]:
+    """A prefix of our own and two namespaces in each of the two shards under it."""
+    prefix = f"shard-{uuid.uuid4().hex[:6]}"
+    by_shard: dict[int, list[str]] = {0: [], 1: []}
+    for i in range(100):
+        name = f"{prefix}-{i}"
+        if len(by_shard[shard_of(name, 2)]) < 2:
+            by_shard[shard_of(name, 2)].append(name)
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    made = [f"{prefix}-leases", *by_shard[0], *by_shard[1]]
+    for name in made:
+        core.create_namespace({"metadata": {"name": name}})
+    for name in made[1:]:
+        wait_until(
+            f"{name}'s default service account",
+            lambda n=name: core.list_namespaced_service_account(n).items,  # type: ignore[misc]
+            timeout=30,
+        )
+        cluster.apply(name, copy.deepcopy(CONFIG))
+    yield prefix, by_shard
+    for name in made:
+        core.delete_namespace(name)
+
+
+def replica(
+    cluster: Cluster, workdir: Path, prefix: str, index: int
+) -> contextlib.AbstractContextManager[Operator]:
+    workdir.mkdir()
+    return Operator.start(
+        cluster,
+        workdir,
+        f"--namespace={prefix}-*",
+        "--no-webhook",
+        "--shards=2",
+        f"--shard-index={index}",
+        f"--lease-namespace={prefix}-leases",
+        "--log-format=json",
+    )
+
+
+def spawn(cluster: Cluster, namespace: str, names: list[str]) -> None:
+    cluster.apply(namespace, *(worker(n, initialMessage="hello") for n in names))
+
+
+def pods_of(cluster: Cluster, namespace: str) -> dict[str, str]:
+    """Worker -> the uid of its pod, for the Workers whose pod exists."""
+    found = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", "agentworkers.io/worker")
+    return {
+        p["metadata"]["labels"]["agentworkers.io/worker"]: p["metadata"]["uid"]
+        for p in found["items"]
+    }
+
+
+def test_two_replicas_split_the_work_and_take_over_a_lost_shard(
+    cluster: Cluster, shard_namespaces: tuple[str, dict[int, list[str]]], tmp_path: Path
+) -> None:
+    prefix, by_shard = shard_namespaces
+    with (
+        replica(cluster, tmp_path / "r0", prefix, 0) as first,
+        replica(cluster, tmp_path / "r1", prefix, 1) as second,
+    ):
+        # A replica alone serves every shard; once both run, each holds its own.
+        wait_until(
+            "each replica to hold one shard",
+            lambda: (held(first), held(second)) == (1, 1),
+            timeout=60,
+        )
+        names = [f"w{i}" for i in range(PER_NAMESPACE)]
+        for namespace in by_shard[0] + by_shard[1]:
+            spawn(cluster, namespace, names)
+        for namespace in by_shard[0] + by_shard[1]:
+            wait_until(
+                f"every pod in {namespace}",
+                lambda n=namespace: len(pods_of(cluster, n)) == PER_NAMESPACE,  # type: ignore[misc]
+                timeout=120,
+            )
+        # Each replica started exactly its own shard's pods: none twice, none by the other.
+        mine = 2 * PER_NAMESPACE
+        assert (spawns(first), spawns(second)) == (mine, mine), (first.tail(), second.tail())
+        before = {n: pods_of(cluster, n) for n in by_shard[0]}
+
+        first.process.kill()  # SIGKILL: no goodbye, its leases simply stop being renewed
+        lost = time.monotonic()
+        late = [f"late{i}" for i in range(3)]
+        for namespace in by_shard[0]:
+            spawn(cluster, namespace, late)
+        for namespace in by_shard[0]:
+            wait_until(
+                f"the late Workers' pods in {namespace}, from the other replica",
+                lambda n=namespace: len(pods_of(cluster, n)) == PER_NAMESPACE + len(late),  # type: ignore[misc]
+                timeout=45,
+            )
+        took = time.monotonic() - lost
+        assert took <= 30, f"shard 0 was served again only after {took:.0f}s"
+        assert spawns(second) == mine + len(late) * len(by_shard[0])
+        # The takeover passed over the Workers it inherited without making them anew.
+        for namespace, pods in before.items():
+            now = pods_of(cluster, namespace)
+            assert {n: now[n] for n in pods} == pods, namespace
+        print(json.dumps({"takeover_seconds": round(took, 1)}))
