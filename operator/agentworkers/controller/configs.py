@@ -9,8 +9,6 @@ process (operator replicas are active/standby through kopf peering).
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +31,6 @@ from agentworkers.kube.repository import Repository
 from agentworkers.virtualagent import profile_hash
 
 log = logging.getLogger(__name__)
-
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -70,8 +66,9 @@ def read_inputs(storage: Repository, namespace: str, name: str) -> Inputs | None
 
 
 def reconcile(storage: Repository, namespace: str, name: str) -> None:
-    """Bring the AgentConfig's revisions and statuses in line with its inputs."""
-    with _locks[(namespace, name)], metrics.RECONCILE_SECONDS.time():
+    """Bring the AgentConfig's revisions and statuses in line with its inputs (one pass at
+    a time per AgentConfig: its `Requeue` sees to that)."""
+    with metrics.RECONCILE_SECONDS.time():
         body = storage.get("agentconfigs", namespace, name)
         if body is None:
             return

@@ -21,7 +21,7 @@ import kopf
 from agentworkers.api.names import WORKER_LABEL
 from agentworkers.controller import configs, metrics, workers
 from agentworkers.controller.options import Options
-from agentworkers.controller.requeue import Requeue, trouble
+from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
 from agentworkers.controller.startup import (
     AGENT_CONFIGS,
@@ -31,7 +31,6 @@ from agentworkers.controller.startup import (
     WORKERS,
     register_store,
 )
-from agentworkers.errors import ApiError
 from agentworkers.kube.leases import Leases
 
 # Workers, pods and profiles have event handlers here, which forget deletions themselves.
@@ -61,7 +60,7 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     metrics.SHARDS_HELD.set(1)
     memo.workers = Requeue("Worker", "worker", _if_mine(memo, workers.reconcile))
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
-    memo.profile_agents = Requeue("AgentConfig", "profile", _if_mine(memo, configs.reconcile))
+    memo.configs = Requeue("AgentConfig", "agentconfig", _if_mine(memo, configs.reconcile))
     memo.sharding_stop = threading.Event()
     if options.shards > 1:
         memo.shards = Shards(
@@ -80,7 +79,7 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
 def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
     """A pass over every AgentConfig and Worker of shards just gained, from the store."""
     count = memo.options.shards
-    for plural, queue in (("agentconfigs", memo.profile_agents), ("workers", memo.workers)):
+    for plural, queue in (("agentconfigs", memo.configs), ("workers", memo.workers)):
         for namespace, name in memo.store.keys(plural):
             if shard_of(namespace, count) in shards:
                 queue.attempt(namespace, name)
@@ -90,18 +89,14 @@ def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
 def stop_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.sharding_stop.set()
     memo.workers.stop()
-    memo.profile_agents.stop()
+    memo.configs.stop()
 
 
 @kopf.on.resume(*AGENT_CONFIGS, when=mine)
 @kopf.on.create(*AGENT_CONFIGS, when=mine)
 @kopf.on.update(*AGENT_CONFIGS, field="spec", when=mine)
 def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    try:
-        configs.reconcile(memo.storage, namespace, name)
-    except ApiError as e:
-        metrics.HANDLER_ERRORS.labels(handler="agentconfig").inc()
-        raise kopf.TemporaryError(f"{trouble(e)}; retrying", delay=5) from e
+    memo.configs.attempt(namespace, name)
 
 
 @kopf.on.event(*PROFILES)
@@ -113,7 +108,7 @@ def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     agent = (body.get("spec") or {}).get("agent")
     if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
         return
-    memo.profile_agents.attempt(body["metadata"]["namespace"], agent)  # if mine: _if_mine
+    memo.configs.attempt(body["metadata"]["namespace"], agent)
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),
@@ -126,7 +121,7 @@ def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -
     meta = body["metadata"]
     if type == "DELETED":
         memo.store.forget("workers", body)
-        memo.workers.forget((meta["namespace"], meta["name"]))
+        memo.workers.drop((meta["namespace"], meta["name"]))
         if memo.shards.owns(meta["namespace"]):
             workers.deleted(memo.storage, dict(body))
         return

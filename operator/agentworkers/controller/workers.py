@@ -8,8 +8,6 @@ adopted when a crashed pass already made it; status is recomputed from what exis
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,27 +27,25 @@ from agentworkers.kube.repository import Repository
 
 log = logging.getLogger(__name__)
 
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
-
 
 def reconcile(storage: Repository, namespace: str, name: str) -> None:
-    with _locks[(namespace, name)]:
-        body = storage.get("workers", namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return
-        before = body.get("status") or {}
-        try:
-            worker = load(body)
-        except REFUSALS as error:
-            _fail_unparsed(storage, body, error)
-            return
-        try:
-            _step(storage, worker)
-        except REFUSALS as error:
-            _fail(storage, worker, error)
-        finally:
-            metrics.PHASES.observe(body["metadata"]["uid"], worker.status.phase)
-            worker.save(storage, before)
+    """One pass over a Worker. Its `Requeue` never runs two passes of one Worker at once."""
+    body = storage.get("workers", namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    before = body.get("status") or {}
+    try:
+        worker = load(body)
+    except REFUSALS as error:
+        _fail_unparsed(storage, body, error)
+        return
+    try:
+        _step(storage, worker)
+    except REFUSALS as error:
+        _fail(storage, worker, error)
+    finally:
+        metrics.PHASES.observe(body["metadata"]["uid"], worker.status.phase)
+        worker.save(storage, before)
 
 
 def _step(storage: Repository, worker: Worker) -> None:
@@ -195,7 +191,6 @@ def _fail_unparsed(storage: Repository, body: dict[str, Any], error: Refusal) ->
 
 def deleted(storage: Repository, body: dict[str, Any]) -> None:
     """Deleting a Worker is a kill, unless it was collected or had already ended."""
-    _locks.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
     metrics.PHASES.observe(body["metadata"]["uid"], None)
     phase = (body.get("status") or {}).get("phase")
     collected = (body["metadata"].get("annotations") or {}).get(COLLECTED_ANNOTATION)

@@ -62,3 +62,39 @@ def test_one_pending_retry_per_object_and_none_after_stop() -> None:
     requeue.stop()
     time.sleep(0.2)
     assert len(flaky.passes) == 2  # the two direct passes; the stopped timer never fired
+
+
+def test_a_pass_asked_for_while_one_runs_runs_once_after_it_not_beside_it() -> None:
+    running = threading.Event()
+    release = threading.Event()
+    passes: list[str] = []
+    overlaps: list[str] = []
+    busy = threading.Lock()
+
+    def reconcile(namespace: str, name: str) -> None:
+        if not busy.acquire(blocking=False):
+            overlaps.append(name)
+            return
+        try:
+            passes.append(name)
+            if len(passes) == 1:
+                running.set()
+                assert release.wait(5)
+        finally:
+            busy.release()
+
+    requeue = Requeue("Worker", "worker", reconcile)
+    try:
+        first = threading.Thread(target=requeue.attempt, args=("team-a", "w1"))
+        first.start()
+        assert running.wait(5)
+        started = time.monotonic()
+        for _ in range(10):  # a burst of events for the same Worker, from other threads
+            requeue.attempt("team-a", "w1")
+        assert time.monotonic() - started < 1, "a caller waited for the running pass"
+        release.set()
+        first.join(5)
+        assert passes == ["w1", "w1"] and not overlaps
+        assert requeue.pending() == 0  # nothing kept once it ended well
+    finally:
+        requeue.stop()
