@@ -370,3 +370,23 @@ def test_dashboard_queries_what_the_running_operator_exports(operator: Operator)
     missing = sorted(wanted - exported)
     assert not missing, f"the dashboard asks for metrics the operator does not export: {missing}"
     assert exported >= PROCESS
+
+
+def test_a_sharded_install_is_accepted(
+    cluster: Cluster, namespace: str, release_factory: Any
+) -> None:
+    """shards=3: a StatefulSet of three active controllers, allowed Leases in their own
+    namespace and nothing more on them."""
+    release = release_factory(namespace, "shards", watchNamespaces=f"{{{namespace}}}")
+    release.apply()
+    sharded = cluster.kubectl_json("get", "statefulset", release.fullname, "-n", namespace)
+    assert sharded["spec"]["replicas"] == 3
+    headless = cluster.kubectl_json(
+        "get", "service", sharded["spec"]["serviceName"], "-n", namespace
+    )
+    assert headless["spec"]["clusterIP"] == "None"
+    op = release.operator_account
+    for verb in ("get", "create", "patch"):
+        assert release.can(op, verb, "leases.coordination.k8s.io", "-n", namespace)
+    assert not release.can(op, "delete", "leases.coordination.k8s.io", "-n", namespace)
+    assert not release.can(op, "create", "leases.coordination.k8s.io", "-n", "default")

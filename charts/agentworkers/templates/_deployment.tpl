@@ -9,18 +9,31 @@ One Deployment of the operator in a role: "all" (reconcile and admission in one 
 {{- $component := index . 3 -}}
 {{- $tlsMode := include "agentworkers.tlsMode" $root -}}
 {{- $webhook := and $root.Values.webhook.enabled (ne $role "controller") -}}
-{{- $peering := and (gt $replicas 1) (ne $role "admission") -}}
+{{- $sharded := and (gt (int $root.Values.shards) 1) (ne $role "admission") -}}
+{{- $peering := and (gt $replicas 1) (ne $role "admission") (not $sharded) -}}
 {{- $name := ternary (include "agentworkers.fullname" $root) (include "agentworkers.component" (list $root $component)) (eq $component "operator") -}}
 apiVersion: apps/v1
-kind: Deployment
+kind: {{ ternary "StatefulSet" "Deployment" $sharded }}
 metadata:
   name: {{ $name }}
   namespace: {{ $root.Release.Namespace }}
   labels:
     {{- include "agentworkers.labels" $root | nindent 4 }}
 spec:
+  {{- if $sharded }}
+  # One pod per shard, named <name>-<ordinal>: the ordinal is the shard it serves. All
+  # start at once; a pod that goes is replaced under its name, and meanwhile another
+  # serves its shard.
+  replicas: {{ $root.Values.shards }}
+  serviceName: {{ $name }}-shards
+  podManagementPolicy: Parallel
+  updateStrategy:
+    type: RollingUpdate
+  {{- else }}
   replicas: {{ $replicas }}
-  {{- if or $peering (eq $role "admission") }}
+  {{- end }}
+  {{- if $sharded }}
+  {{- else if or $peering (eq $role "admission") }}
   # Peering keeps one replica active and the others stand by; admission replicas all answer.
   # Either way a new pod starts before an old one stops.
   strategy:
@@ -88,6 +101,11 @@ spec:
             - --liveness=http://0.0.0.0:{{ $root.Values.health.port }}/healthz
             {{- if $peering }}
             - --peering={{ include "agentworkers.peeringName" $root }}
+            {{- end }}
+            {{- if $sharded }}
+            # The shard index is the ordinal ending the pod's hostname.
+            - --shards={{ $root.Values.shards }}
+            - --lease-namespace={{ $root.Release.Namespace }}
             {{- end }}
             {{- range $root.Values.extraArgs }}
             - {{ . | quote }}

@@ -153,9 +153,12 @@ operator
 
 {{/* Checks no schema can express: fail the install with a sentence saying what to do. */}}
 {{- define "agentworkers.validate" -}}
-{{- $serving := ternary .Values.admission.replicas .Values.replicas (eq (include "agentworkers.admissionSplit" .) "true") -}}
+{{- $serving := ternary .Values.admission.replicas (max (int .Values.replicas) (int .Values.shards)) (eq (include "agentworkers.admissionSplit" .) "true") -}}
 {{- if and (gt (int $serving) 1) .Values.webhook.enabled (eq (include "agentworkers.tlsMode" .) "operator") -}}
 {{- fail "more than one replica serving the webhook needs one certificate for every replica: set webhook.certManager.enabled=true or webhook.tls.secretName (each replica's own self-signed certificate would fight over the webhook's caBundle)" -}}
+{{- end -}}
+{{- if and (gt (int .Values.replicas) 1) (gt (int .Values.shards) 1) -}}
+{{- fail "replicas > 1 (active/standby) and shards > 1 (every replica active, each on its shard) exclude each other: set one" -}}
 {{- end -}}
 {{- if and (gt (int .Values.replicas) 1) (include "agentworkers.hasGlobs" .) -}}
 {{- fail "replicas > 1 with glob watchNamespaces: kopf needs a KopfPeering object in every watched namespace, which the chart cannot know in advance; list the namespaces or run one replica" -}}

@@ -54,13 +54,14 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 
 def deployment(objects: list[dict[str, Any]], component: str = "operator") -> dict[str, Any]:
-    """The controller's Deployment (or, with admission split off, the admission one)."""
+    """The controller's Deployment (a StatefulSet when sharded), or the admission one."""
+    workloads = find(objects, "Deployment") + find(objects, "StatefulSet")
     found = [
         d
-        for d in find(objects, "Deployment")
+        for d in workloads
         if d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == component
     ]
-    assert len(found) == 1, [d["metadata"]["name"] for d in find(objects, "Deployment")]
+    assert len(found) == 1, [d["metadata"]["name"] for d in workloads]
     return found[0]
 
 
@@ -507,10 +508,45 @@ def test_one_replica_has_no_peering(rendered: dict[str, list[dict[str, Any]]]) -
     assert not any("kopf.dev" in r["apiGroups"] for r in rules_of(objects, FULLNAME))
 
 
+def test_shards_are_a_statefulset_of_active_replicas() -> None:
+    objects = render(sets={"shards": "3", "webhook.tls.secretName": "my-webhook-tls"})
+    assert not find(objects, "Deployment")
+    [sharded] = find(objects, "StatefulSet")
+    assert sharded["spec"]["replicas"] == 3
+    assert sharded["spec"]["podManagementPolicy"] == "Parallel"
+    # Its governing Service is headless and selects its pods.
+    headless = one(objects, "Service", sharded["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    labels = sharded["spec"]["template"]["metadata"]["labels"]
+    assert headless["spec"]["selector"].items() <= labels.items()
+    args = sharded["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--shards=3" in args and f"--lease-namespace={NAMESPACE}" in args
+    # The shard index comes from the pod's ordinal; no peering: every replica is active.
+    assert not any(a.startswith(("--shard-index", "--peering")) for a in args)
+    assert not find(objects, "ClusterKopfPeering")
+    role = one(objects, "Role", f"{FULLNAME}-shards")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "patch"],
+        }
+    ]
+    binding = one(objects, "RoleBinding", f"{FULLNAME}-shards")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
         ({"replicas": "2"}, "one certificate for every replica"),
+        ({"shards": "2"}, "one certificate for every replica"),
+        (
+            {"replicas": "2", "shards": "2", "webhook.tls.secretName": "x"},
+            "exclude each other",
+        ),
         (
             {"replicas": "2", "webhook.tls.secretName": "x", "watchNamespaces": "{team-*}"},
             "KopfPeering object in every watched namespace",
