@@ -4,10 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status bench clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist bench clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local 
 
 # The Go-built tools, cached: built up front so that a cold build (minutes) is not
 # charged to the first test that needs it.
-tools:
+tools: ## build the Go-built tools (control plane, kwok, helm) into the user cache
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 
@@ -40,11 +40,11 @@ lint: $(BIN)/.installed ## ruff lint and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-format: $(BIN)/.installed
+format: $(BIN)/.installed ## fix what ruff can, and format
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-typecheck: $(BIN)/.installed
+typecheck: $(BIN)/.installed ## mypy --strict
 	$(BIN)/mypy
 
 crds: $(BIN)/.installed ## regenerate crds/ (and the chart's copy) from the models
@@ -73,11 +73,14 @@ cluster-up: $(BIN)/.installed ## start the local control plane (etcd, apiserver,
 cluster-down: $(BIN)/.installed ## stop it and remove its state
 	$(CLUSTER) down
 
-cluster-status: $(BIN)/.installed
+cluster-status: $(BIN)/.installed ## is the local control plane up, and where
 	$(CLUSTER) status
+
+dist: $(BIN)/.installed ## build the wheel (dist/): pipx install dist/agentworkers-*.whl
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 
 bench: $(BIN)/.installed ## run the benchmarks
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
-clean: cluster-down
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+clean: cluster-down ## stop the control plane, remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache dist

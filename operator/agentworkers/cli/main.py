@@ -2,6 +2,8 @@
 
   agentworkers spawn|query|list|inspect|collect|kill|events|explain ...   the worker lifecycle
   agentworkers profiles|revisions ...                        an agent's profiles and revisions
+
+Run by the system, not by hand (not listed below):
   agentworkers operator [--namespace NS ...] [--no-webhook] ...             run the operator
   agentworkers run --worker NAME --namespace NS         the runtime (a worker pod's command)
 
@@ -15,6 +17,7 @@ exit codes:
   3  not found (UnknownWorker; an unknown agent, revision or profile)
   4  name conflict (WorkerNameConflict)
   5  timeout (CollectTimeout; spawn --wait) - the worker is left as it was
+  6  finished (WorkerFinished: a query or a kill to a run that has ended)
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentworkers.cli.parsers import UsageError, add_globals, add_verbs, parsed_defaults
+from agentworkers import __version__
+from agentworkers.cli.parsers import Parser, UsageError, add_globals, add_verbs, parsed_defaults
 
 if TYPE_CHECKING:
     from agentworkers.cli.verbs import Output
@@ -34,7 +38,9 @@ if TYPE_CHECKING:
 # Imports of the client and the operator are in the functions that need them: `--help`
 # and usage errors load argparse and the parsers only.
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_TIMEOUT = range(6)
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_TIMEOUT, EXIT_FINISHED = range(
+    7
+)
 EXIT_INTERRUPTED = 130
 
 
@@ -111,8 +117,10 @@ def _own_namespace() -> str:
     return os.environ.get("POD_NAMESPACE", "default")
 
 
-def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    op = sub.add_parser("operator", help="run the operator (kopf)")
+def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
+    op = sub.add_parser(
+        "operator", description="Run the operator (kopf): reconcile and answer admission."
+    )
     op.add_argument(
         "-n",
         "--namespace",
@@ -183,17 +191,18 @@ def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_parser(prog: str = "agentworkers") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_globals(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="VERB")
     add_verbs(sub, prog)
     _add_operator(sub)
-    # Listed for --help; main() hands its arguments to the runtime's own parser.
-    sub.add_parser("run", help="the worker runtime: the command of a worker pod", add_help=False)
+    # Not listed (no help=): main() hands its arguments to the runtime's own parser.
+    sub.add_parser("run", add_help=False)
     return parser
 
 
@@ -202,6 +211,7 @@ def exit_code(error: BaseException) -> int:
     from agentworkers.client import (  # noqa: PLC0415
         NotFoundError,
         WaitTimeoutError,
+        WorkerFinishedError,
         WorkerNameConflictError,
     )
 
@@ -213,6 +223,8 @@ def exit_code(error: BaseException) -> int:
         return EXIT_CONFLICT
     if isinstance(error, WaitTimeoutError):
         return EXIT_TIMEOUT
+    if isinstance(error, WorkerFinishedError):
+        return EXIT_FINISHED
     return EXIT_ERROR
 
 
@@ -220,6 +232,9 @@ def message(error: Exception) -> str:
     """The error as one line; the seed's errors lead with their reason, as the operator's do."""
     from agentworkers.errors import AgentWorkersError, ApiError  # noqa: PLC0415
 
+    if isinstance(error, ApiError) and error.cause is not None:
+        # A refusal with its reason (admission's, or the schema's): that, not the HTTP wrapping.
+        return f"{error.cause.reason}: {error.cause}"
     if isinstance(error, AgentWorkersError) and type(error) not in (AgentWorkersError, ApiError):
         return f"{error.reason}: {error}"
     return str(error)
@@ -267,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if args.command == "run":
+        sys.stderr.write(
+            "error: `run` is the worker runtime, a pod's command; it takes its own flags "
+            "and comes first: agentworkers run --worker NAME --namespace NS\n"
+        )
+        return EXIT_USAGE
     if args.command == "operator":
         if args.g_namespace or args.g_kubeconfig or args.output != "table" or args.quiet:
             parser.print_usage(sys.stderr)

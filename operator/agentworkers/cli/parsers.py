@@ -4,10 +4,11 @@ in `agentworkers.cli.verbs`."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import getpass
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 # Light on purpose: `--help` and a usage error load this module and argparse only (the
 # client and the models load when a verb runs, `agentworkers.cli.main.run`).
@@ -25,6 +26,26 @@ PHASES = (*PHASE_ORDER, *ENDINGS)
 
 class UsageError(Exception):
     """The command line asks for something that cannot be done as asked (exit code 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with kubectl's way of saying a command line is wrong: one error line, a
+    pointer to --help, exit code 2; a mistyped verb gets a suggestion."""
+
+    def error(self, message: str) -> NoReturn:
+        if "invalid choice" in message:
+            typed = message.split("'")[1] if "'" in message else ""
+            verbs = [
+                name
+                for action in self._actions
+                if isinstance(action, argparse._SubParsersAction)
+                for name in action.choices
+            ]
+            close = difflib.get_close_matches(typed, verbs, n=1)
+            message = f"unknown command {typed!r}" + (
+                f"; did you mean {close[0]!r}?" if close else ""
+            )
+        self.exit(2, f"error: {message}\nSee '{self.prog} --help' for usage.\n")
 
 
 def phases_from(text: str) -> frozenset[str]:
@@ -96,7 +117,14 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
         action="store_true",
         help="stay Idle after answering, for queries (otherwise Done after the first answer)",
     )
-    p.add_argument("-l", "--label", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "-l", "--label", action="append", default=[], metavar="KEY=VALUE", help="label the Worker"
+    )
+    p.add_argument(
+        "--any-agent",
+        action="store_true",
+        help="spawn even if the agent's AgentConfig does not exist (yet); the run waits for it",
+    )
     p.add_argument(
         "--wait",
         nargs="?",

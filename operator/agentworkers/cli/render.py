@@ -160,6 +160,7 @@ def inspection_text(found: Inspection, since: int) -> str:
             ("Profile", w.spec.profile),
             ("Parent", w.spec.parent),
             ("Phase", w.phase),
+            ("Waiting", w.waiting),
             ("Started", status.started_at),
             ("Updated", status.updated_at),
             ("Pod", status.pod),

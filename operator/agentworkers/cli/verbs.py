@@ -186,6 +186,15 @@ def spawn(client: Client, args: argparse.Namespace, out: Output) -> int:
     name, fields, labels = spawn_request(args)
     if "agent" not in fields:
         fields["agent"] = agent_of(client, args)
+    elif not args.any_agent:
+        known = client.agents()
+        if fields["agent"] not in known:
+            # A typo would otherwise leave a Worker Pending until its AgentConfig appears.
+            raise NotFoundError(
+                f"unknown agent {fields['agent']!r} in namespace {client.namespace} "
+                f"(known: {', '.join(known) or 'none'}); --any-agent spawns it all the same, "
+                "to wait for that AgentConfig"
+            )
     try:
         spec = WorkerSpec.model_validate(fields)
     except ValidationError as e:
@@ -229,9 +238,11 @@ def inspect(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def kill(client: Client, args: argparse.Namespace, out: Output) -> int:
+    before = client.get(args.name).spec.kill
     info = client.kill(args.name, reason=args.reason, by=args.by)
     kill = info.spec.kill
-    out.show(info, lambda: f"worker/{info.name} killed{f': {kill.reason}' if kill else ''}\n")
+    said = "already killed" if before is not None else "killed"
+    out.show(info, lambda: f"worker/{info.name} {said}{f': {kill.reason}' if kill else ''}\n")
     return 0
 
 

@@ -41,6 +41,7 @@ class CollectTimeoutError(WaitTimeoutError):
 # Refusals of the operator the client raises as their own class.
 _REFUSALS: dict[str, type[AgentWorkersError]] = {
     WorkerFinishedError.reason: WorkerFinishedError,
+    UnknownWorkerError.reason: UnknownWorkerError,
 }
 
 

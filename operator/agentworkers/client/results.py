@@ -39,6 +39,17 @@ class WorkerInfo:
         return self.status.phase or "Pending"
 
     @property
+    def waiting(self) -> str | None:
+        """Why a run that has not started waits (its Ready condition), e.g.
+        "AgentConfigMissing: AgentConfig 'x' does not exist"; None once it has its pod."""
+        if self.status.pod:
+            return None
+        for condition in self.status.conditions:
+            if condition.type == "Ready" and condition.status == "False":
+                return f"{condition.reason}: {condition.message}"
+        return None
+
+    @property
     def started(self) -> str:
         """When the run started; a worker not started yet counts from its creation."""
         return self.status.started_at or self.created

@@ -31,6 +31,7 @@ from agentworkers.client.errors import (
     CollectTimeoutError,
     UnknownWorkerError,
     WaitTimeoutError,
+    WorkerFinishedError,
     WorkerNameConflictError,
     translate,
 )
@@ -154,7 +155,19 @@ class Client(ConfigReads):
         return inspection(self.get(name), since)
 
     def kill(self, name: str, reason: str = "", by: str = "") -> WorkerInfo:
-        """Ask the operator to stop the run; the reason comes back on collect."""
+        """Ask the operator to stop the run; the reason comes back on collect.
+
+        Idempotent: a run already asked to stop is returned as it is (the first reason
+        stands). A run that ended on its own (Done, Failed) has nothing to kill:
+        WorkerFinishedError.
+        """
+        info = self.get(name)
+        if info.spec.kill is not None:
+            return info
+        if info.phase in TERMINAL_PHASES:
+            raise WorkerFinishedError(
+                f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
+            )
         kill = {"reason": reason.strip() or "killed", "by": by}
         return WorkerInfo.from_body(self._patch(name, {"spec": {"kill": kill}}))
 
@@ -183,7 +196,8 @@ class Client(ConfigReads):
             if info.phase in phases or info.phase in TERMINAL_PHASES:
                 return info
         phase = info.phase if info else "Pending"
-        raise WaitTimeoutError(f"worker {name!r} still {phase} after {timeout:g}s")
+        why = f": {info.waiting}" if info and info.waiting else ""
+        raise WaitTimeoutError(f"worker {name!r} still {phase} after {timeout:g}s{why}")
 
     def collect(
         self, name: str, timeout: float = DEFAULT_COLLECT_TIMEOUT, progress: Progress | None = None

@@ -148,11 +148,7 @@ def validate_worker(
             check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
         except SecretNotAllowedError as e:
             raise _refuse_spawn(e) from e
-    if (
-        worker.parent
-        and not worker.profile
-        and storage.get("workers", namespace, worker.parent) is None
-    ):
+    if worker.parent and storage.get("workers", namespace, worker.parent) is None:
         raise _refuse_spawn(
             UnknownWorkerError(field="spec.parent", rule=f"no worker named {worker.parent!r}")
         )

@@ -51,7 +51,7 @@ class Worker:
 
     def wait(self, reason: str, message: str) -> NoReturn:
         """The run cannot go on yet: say why (Ready=False) and try again shortly."""
-        self.update(phase=self.status.phase or "Pending")
+        self.update(phase=self.status.phase or "Pending", last_event=f"waiting: {message}")
         self.condition(reasons.READY, "False", reason, message)
         raise kopf.TemporaryError(message, delay=5)
 

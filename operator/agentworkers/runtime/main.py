@@ -35,7 +35,7 @@ from agentworkers.core.conditions import now
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
 from agentworkers.core.spawning import verify_run_start
-from agentworkers.errors import REFUSALS, ApiError
+from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
 from agentworkers.runtime.events import EventBus, JsonLinesSink
@@ -304,7 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "--worker and --namespace (or AGENTWORKERS_WORKER, AGENTWORKERS_NAMESPACE) are required"
         )
-    return run(args.worker, args.namespace, args.sandbox, args.kubeconfig)
+    if EFFECTIVE_CONFIG_ENV not in os.environ:
+        parser.error(
+            f"{EFFECTIVE_CONFIG_ENV} is not set: `agentworkers run` is the command of a "
+            "worker's pod, which the operator makes with it"
+        )
+    try:
+        return run(args.worker, args.namespace, args.sandbox, args.kubeconfig)
+    except AgentWorkersError as e:
+        log.error("%s: %s", e.reason, e)
+        return 1
 
 
 if __name__ == "__main__":

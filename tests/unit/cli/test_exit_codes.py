@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ from agentworkers.client import (
     WorkerFinishedError,
     WorkerNameConflictError,
 )
+from agentworkers.client.errors import translate
+from agentworkers.kube.api import refusal
 
 
 @pytest.mark.parametrize(
@@ -32,7 +35,7 @@ from agentworkers.client import (
         (CollectTimeoutError("worker 'x' still Running after 2s"), 5),
         (WaitTimeoutError("worker 'x' still Pending after 2s"), 5),
         (UsageError("pick one with --agent"), 2),
-        (WorkerFinishedError("the run is Killed"), 1),
+        (WorkerFinishedError("the run is Killed"), 6),
         (ApiError("422 Unprocessable Entity: spec.kill cannot be changed", 422), 1),
         (ConfigError("no usable kubeconfig"), 1),
         (ClientError("anything else"), 1),
@@ -106,3 +109,51 @@ def test_a_config_error_is_not_a_crash(monkeypatch: pytest.MonkeyPatch, tmp_path
     args = cli.build_parser().parse_args(["--kubeconfig", missing, "list"])
     assert cli.run(args, Output("table", stdout=io.StringIO(), stderr=stderr)) == 1
     assert stderr.getvalue().startswith("error: ConfigError: no usable kubeconfig")
+
+
+def test_a_refusal_prints_as_its_reason_not_as_the_http_wrapping() -> None:
+    refused = refusal(
+        422,
+        "Unprocessable Entity",
+        json.dumps(
+            {
+                "message": 'admission webhook "worker.agentworkers.io" denied the request: ...',
+                "details": {
+                    "causes": [
+                        {
+                            "reason": "UnknownProfile",
+                            "field": "spec.profile",
+                            "message": "no profile 'nosuch' in the frozen map",
+                        }
+                    ]
+                },
+            }
+        ),
+    )
+    assert (
+        cli.message(refused)
+        == "UnknownProfile: spec.profile: no profile 'nosuch' in the frozen map"
+    )
+    # An unknown parent is UnknownWorker: not found, exit code 3.
+    missing = translate(
+        refusal(
+            422,
+            "Unprocessable Entity",
+            json.dumps(
+                {
+                    "message": "...",
+                    "details": {
+                        "causes": [
+                            {
+                                "reason": "UnknownWorker",
+                                "field": "spec.parent",
+                                "message": "no worker named 'ghost'",
+                            }
+                        ]
+                    },
+                }
+            ),
+        )
+    )
+    assert isinstance(missing, UnknownWorkerError)
+    assert cli.exit_code(missing) == cli.EXIT_NOT_FOUND

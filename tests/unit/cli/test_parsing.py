@@ -162,7 +162,7 @@ def test_profiles_flags_before_or_after_the_subcommand() -> None:
 )
 def test_bad_arguments_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(list(argv)) == cli.EXIT_USAGE
-    assert "usage:" in capsys.readouterr().err
+    assert "--help' for usage" in capsys.readouterr().err
 
 
 def test_the_cli_knows_every_phase() -> None:
