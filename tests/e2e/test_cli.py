@@ -210,7 +210,7 @@ def test_errors_have_exit_codes_and_no_traceback(cluster: Cluster, namespace: st
             == "Killed"
         ),
     )
-    assert "WorkerFinished" in cli(cluster, namespace, "query", "busy", "too late", code=1).stderr
+    assert "WorkerFinished" in cli(cluster, namespace, "query", "busy", "too late", code=6).stderr
 
     cli(cluster, namespace, "spawn", code=2)  # no name
     cli(cluster, namespace, "inspect", "busy", "--since", "-1", code=2)
@@ -357,3 +357,41 @@ def test_the_async_client_leaves_the_event_loop_free(cluster: Cluster, namespace
         assert [w.name for w in await client.list()] == ["a1"]
 
     asyncio.run(scenario())
+
+
+def test_a_typo_a_wait_and_a_repeated_kill_say_what_happened(
+    cluster: Cluster, namespace: str, planner: dict[str, Any]
+) -> None:
+    # A mistyped agent is refused before anything persists, with the agents there are.
+    typo = cli(cluster, namespace, "spawn", "c1", "--agent", "plannr", "-m", "x", code=3)
+    assert typo.stderr.startswith("error: NotFound: unknown agent 'plannr'")
+    assert "(known: planner)" in typo.stderr
+    assert cluster.kubectl("get", "worker", "c1", "-n", namespace, check=False).returncode != 0
+
+    # Asked for all the same, it waits, and says why wherever one looks.
+    waited = cli(
+        cluster, namespace, "spawn", "c1", "--agent", "plannr", "--any-agent", "-m", "x",
+        "--wait", "--timeout", "3", code=5,
+    )  # fmt: skip
+    assert "still Pending after 3s: AgentConfigMissing: AgentConfig 'plannr' does not exist" in (
+        waited.stderr
+    )
+    assert "AgentConfigMissing" in cli(cluster, namespace, "inspect", "c1").stdout
+    assert "waiting: AgentConfig 'plannr' does not exist" in cli(cluster, namespace, "list").stdout
+
+    # A kill is idempotent: the repeat says so and succeeds, the first reason stands.
+    assert (
+        "worker/c1 killed: first"
+        in cli(cluster, namespace, "kill", "c1", "--reason", "first").stdout
+    )
+    again = cli(cluster, namespace, "kill", "c1", "--reason", "second").stdout
+    assert again == "worker/c1 already killed: first\n"
+
+    # A run that ended on its own has nothing to kill: it says so, with its own exit code.
+    cli(cluster, namespace, "spawn", "done", "-m", "x", "--wait")
+    report(cluster, namespace, "done", phase="Done", output="42")
+    finished = cli(cluster, namespace, "kill", "done", code=6)
+    assert (
+        finished.stderr
+        == "error: WorkerFinished: spec.kill: worker 'done' is Done; there is no run to kill\n"
+    )

@@ -210,7 +210,8 @@ def test_bad_spawns_are_refused_before_anything_persists(
         cluster, namespace, _worker("c1", parent="parent", profile="nope"), "UnknownProfile"
     )
     assert "known: researcher, reviewer, translator" in message
-    _refused(cluster, namespace, _worker("c2", parent="ghost", profile="reviewer"), "NoProfileMap")
+    # A parent that does not exist is that, not a missing profile map.
+    _refused(cluster, namespace, _worker("c2", parent="ghost", profile="reviewer"), "UnknownWorker")
     _refused(
         cluster, namespace, _worker("c3", allowedSecrets=["root-password"]), "SecretNotAllowed"
     )

@@ -59,18 +59,25 @@ class Refused(kopf.AdmissionError):
 _build_response = admission.build_response
 
 
+def refusal_details(error: Refusal) -> dict[str, Any]:
+    """The Status `details` of a refusal: its reason, field and rule, for clients to read.
+
+    Details only: a Status reason (Invalid) would make kubectl print the causes instead of
+    the message, and lose the reason word users read."""
+    return {
+        "details": {
+            "causes": [{"reason": error.reason, "field": error.field, "message": error.rule}]
+        }
+    }
+
+
 def build_response(*, outcomes: dict[Any, Any], **kwargs: Any) -> Any:
     """kopf's response, and for a refusal of ours the Status details."""
     response = _build_response(outcomes=outcomes, **kwargs)
     status = response["response"].get("status")
     refused = [o.exception for o in outcomes.values() if isinstance(o.exception, Refused)]
     if status is not None and refused:
-        error = refused[0].error
-        # Details only: a Status reason (Invalid) would make kubectl print the causes
-        # instead of the message, and lose the reason word users read.
-        status["details"] = {  # type: ignore[typeddict-unknown-key]
-            "causes": [{"reason": error.reason, "field": error.field, "message": error.rule}]
-        }
+        status.update(refusal_details(refused[0].error))  # type: ignore[typeddict-item]
     return response
 
 

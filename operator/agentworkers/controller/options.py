@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
-
+from agentworkers.controller.admission_server import Check, ThreadedWebhookServer
 from agentworkers.controller.tls import self_signed
 
 
@@ -40,11 +39,12 @@ class Options:
     shard_index: int = 0
     lease_namespace: str = "default"
 
-    def webhook_server(self) -> kopf.WebhookServer:
+    def webhook_server(self, checks: Mapping[str, Check]) -> ThreadedWebhookServer:
         host = self.webhook_host or self.webhook_addr
         cert, key = self_signed(self.tls_dir, [host, self.webhook_addr])
-        server_class = ServiceWebhookServer if host.endswith(".svc") else kopf.WebhookServer
+        server_class = ServiceWebhookServer if host.endswith(".svc") else ThreadedWebhookServer
         return server_class(
+            checks=checks,
             addr=self.webhook_addr,
             port=self.webhook_port,
             host=host,
@@ -54,7 +54,7 @@ class Options:
         )
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
+class ServiceWebhookServer(ThreadedWebhookServer):
     """Registers the webhook by Service reference (`<name>.<namespace>.svc`), not by URL.
 
     In a cluster, API servers reach webhooks through the Service proxy; most cannot

@@ -22,7 +22,6 @@ from agentworkers.api import GROUP, VERSION
 from agentworkers.api.names import FINALIZER, WORKER_LABEL
 from agentworkers.controller import kopf_settings, metrics
 from agentworkers.controller.options import Options
-from agentworkers.controller.tls import CertificateWatch
 from agentworkers.kube.api import Api
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.store import TRIM, Store
@@ -55,10 +54,6 @@ def configure(
     settings.peering.standalone = options.standalone
     if options.peering:
         settings.peering.name = options.peering
-    if options.webhook_port is not None:
-        settings.admission.server = options.webhook_server()
-        settings.admission.managed = options.webhook_name
-        memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()
     memo.api = kube.connect(
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api

@@ -1,8 +1,10 @@
-"""kopf registrations of the admission webhook; imported only when the webhook is on.
+"""The admission webhook: its checks, and their kopf registrations; imported only when on.
 
-Admission answers on capacity of its own: each review runs in a small thread pool of its
-own, not in kopf's executor behind the reconciles, and reads the operator's watch-fed
-store, so a busy operator still answers within milliseconds.
+kopf registers one webhook per check (its path is the check's id) and keeps their
+configuration up to date; `admission_server.ThreadedWebhookServer` answers them on
+threads of its own, from the operator's watch-fed store, so a busy operator still
+answers within milliseconds. (The registered kopf handlers run the same checks, should
+kopf ever serve a review itself.)
 
 Every webhook is persistent: a stopping operator leaves it in the configuration, so
 while no operator answers (a restart, a rollout) writes fail closed (failurePolicy
@@ -12,69 +14,88 @@ Fail) instead of going through unchecked.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
 
 from agentworkers.controller import admission
+from agentworkers.controller.admission_server import Check, Review
+from agentworkers.controller.options import Options
 from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
+from agentworkers.controller.tls import CertificateWatch
+from agentworkers.kube.repository import Repository
 
 WRITES = ["CREATE", "UPDATE"]
-REVIEWERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="admission")
 
 
-async def _review(check: Callable[..., None], *args: Any) -> None:
-    await asyncio.get_running_loop().run_in_executor(REVIEWERS, functools.partial(check, *args))
+def checks(storage: Repository, operator: str | None) -> dict[str, Check]:
+    """Each webhook's check, by id; `operator` is the operator's own username."""
+
+    def agent_config(review: Review, warnings: list[str]) -> None:
+        meta = review.body["metadata"]
+        spec = review.body.get("spec") or {}
+        admission.validate_agent_config(storage, spec, meta["name"], meta["namespace"])
+
+    def profile(review: Review, warnings: list[str]) -> None:
+        meta = review.body["metadata"]
+        # A profile being created comes after every existing one, even within their second.
+        created = meta.get("creationTimestamp") or "" if review.old else ""
+        admission.validate_profile(
+            storage,
+            review.body.get("spec") or {},
+            meta["name"],
+            meta["namespace"],
+            warnings,
+            created,
+        )
+
+    def worker(review: Review, warnings: list[str]) -> None:
+        admission.validate_worker(
+            storage, review.body, review.old, warnings, review.username, operator
+        )
+
+    def revision(review: Review, warnings: list[str]) -> None:
+        admission.validate_revision(review.username, operator)
+
+    return {
+        "agentconfig": agent_config,
+        "virtualagentprofile": profile,
+        "worker": worker,
+        "agentconfigrevision": revision,
+    }
 
 
-@kopf.on.validate(*AGENT_CONFIGS, id="agentconfig", operations=WRITES, persistent=True)
-async def admit_agent_config(
-    spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, **_: Any
-) -> None:
-    await _review(admission.validate_agent_config, memo.storage, dict(spec), name, namespace)
+@kopf.on.startup()
+def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    options: Options = memo.options
+    memo.checks = checks(memo.storage, memo.identity)
+    settings.admission.server = options.webhook_server(memo.checks)
+    settings.admission.managed = options.webhook_name
+    # The server reads its certificate once: a new one restarts the process.
+    memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()
 
 
-@kopf.on.validate(*PROFILES, id="virtualagentprofile", operations=WRITES, persistent=True)
-async def admit_profile(
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    old: dict[str, Any] | None,
-    name: str,
-    namespace: str,
-    memo: kopf.Memo,
-    warnings: list[str],
-    **_: Any,
-) -> None:
-    # A profile being created comes after every existing one, even within their second.
-    created = meta.get("creationTimestamp") or "" if old else ""
-    await _review(
-        admission.validate_profile, memo.storage, dict(spec), name, namespace, warnings, created
+def _registered(check_id: str) -> Any:
+    async def handler(
+        body: kopf.Body,
+        old: dict[str, Any] | None,
+        memo: kopf.Memo,
+        warnings: list[str],
+        userinfo: dict[str, Any],
+        **_: Any,
+    ) -> None:
+        review = Review(dict(body), old, str(userinfo.get("username", "")))
+        await asyncio.to_thread(memo.checks[check_id], review, warnings)
+
+    return handler
+
+
+for check_id, resource in (
+    ("agentconfig", AGENT_CONFIGS),
+    ("virtualagentprofile", PROFILES),
+    ("worker", WORKERS),
+    ("agentconfigrevision", REVISIONS),
+):
+    kopf.on.validate(*resource, id=check_id, operations=WRITES, persistent=True)(
+        _registered(check_id)
     )
-
-
-@kopf.on.validate(*WORKERS, id="worker", operations=WRITES, persistent=True)
-async def admit_worker(
-    body: kopf.Body,
-    old: dict[str, Any] | None,
-    memo: kopf.Memo,
-    warnings: list[str],
-    userinfo: dict[str, Any],
-    **_: Any,
-) -> None:
-    await _review(
-        admission.validate_worker,
-        memo.storage,
-        body,
-        old,
-        warnings,
-        userinfo.get("username", ""),
-        memo.identity,
-    )
-
-
-@kopf.on.validate(*REVISIONS, id="agentconfigrevision", operations=WRITES, persistent=True)
-async def admit_revision(memo: kopf.Memo, userinfo: dict[str, Any], **_: Any) -> None:
-    admission.validate_revision(userinfo.get("username", ""), memo.identity)

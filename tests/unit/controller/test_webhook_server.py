@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import ssl
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import kopf
 
+from agentworkers.controller.admission_server import Review
+from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.controller.options import Options, ServiceWebhookServer
+from agentworkers.errors import NotYourChildError
 
 
 def _port() -> int:
@@ -33,7 +41,7 @@ def test_a_service_host_registers_a_service_reference(tmp_path: Path) -> None:
     options = Options(
         webhook_port=_port(), webhook_host="aw-webhook.aw-system.svc", tls_dir=tmp_path
     )
-    server = options.webhook_server()
+    server = options.webhook_server({})
     assert isinstance(server, ServiceWebhookServer)
     config = asyncio.run(_first_config(server))
     assert "url" not in config
@@ -48,8 +56,73 @@ def test_a_service_host_registers_a_service_reference(tmp_path: Path) -> None:
 
 def test_loopback_registers_a_url(tmp_path: Path) -> None:
     options = Options(webhook_port=_port(), tls_dir=tmp_path)
-    server = options.webhook_server()
+    server = options.webhook_server({})
     assert not isinstance(server, ServiceWebhookServer)
     config = asyncio.run(_first_config(server))
     assert config["url"] == f"https://127.0.0.1:{options.webhook_port}"
     assert (tmp_path / "tls.crt").exists() and (tmp_path / "tls.key").exists()
+
+
+def _review(uid: str, worker: str) -> bytes:
+    request = {
+        "uid": uid,
+        "operation": "CREATE",
+        "userInfo": {"username": "alice"},
+        "object": {"metadata": {"name": worker, "namespace": "team-a"}, "spec": {}},
+    }
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()
+
+
+def _post(url: str, cafile: Path, data: bytes) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(cafile))
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=5) as answer:
+        return dict(json.loads(answer.read())["response"])
+
+
+def check_worker(review: Review, warnings: list[str]) -> None:
+    if review.body["metadata"]["name"] == "bad":
+        raise Refused(NotYourChildError("not yours", field="spec.parent"))
+    warnings.append(f"hello {review.username}")
+
+
+def test_reviews_are_answered_on_threads_even_while_the_event_loop_is_blocked(
+    tmp_path: Path,
+) -> None:
+    options = Options(webhook_port=_port(), tls_dir=tmp_path)
+    server = options.webhook_server({"worker": check_worker})
+    configs: list[dict[str, Any]] = []
+    loop = asyncio.new_event_loop()
+    blocked = threading.Event()
+
+    async def run() -> None:
+        stream = server(None)
+        configs.append(dict(await anext(stream)))
+        blocked.set()
+        time.sleep(3)  # the event loop is busy (as kopf's is under a burst of events)
+        await stream.aclose()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(run(),))
+    thread.start()
+    try:
+        assert blocked.wait(10)
+        url = configs[0]["url"].rstrip("/")
+        started = time.monotonic()
+        # The API server adds its timeout to the path.
+        allowed = _post(f"{url}/worker?timeout=30s", tmp_path / "tls.crt", _review("u1", "fine"))
+        assert time.monotonic() - started < 1
+        assert allowed == {"uid": "u1", "allowed": True, "warnings": ["hello alice"]}
+        refused = _post(f"{url}/worker", tmp_path / "tls.crt", _review("u2", "bad"))
+        assert refused["allowed"] is False
+        assert refused["status"]["code"] == 422
+        assert refused["status"]["message"] == "NotYourChild: spec.parent: not yours"
+        assert refused["status"]["details"]["causes"] == [
+            {"reason": "NotYourChild", "field": "spec.parent", "message": "not yours"}
+        ]
+        unknown = _post(f"{url}/nosuch", tmp_path / "tls.crt", _review("u3", "fine"))
+        assert unknown["allowed"] is False
+    finally:
+        thread.join(10)
+        loop.close()
