@@ -614,12 +614,17 @@ def up(args: argparse.Namespace) -> int:
     )
     took, build_took = time.monotonic() - began, built - began
     log(f"up at {state.server} in {took:.1f}s (build/cache {build_took:.1f}s)")
-    log(f"export KUBECONFIG={STATE_DIR / 'kubeconfig'} PATH={bin_dir}:$PATH")
+    log(f"export KUBECONFIG={STATE_DIR / 'kubeconfig'} PATH={STATE_DIR / 'bin'}:$PATH")
     _report(state, args)
     return 0
 
 
 def _report(state: State, args: argparse.Namespace) -> None:
+    # .cluster/bin: the kubectl (and kwok) matching this control plane, at a fixed path.
+    link = STATE_DIR / "bin"
+    if not link.is_symlink() or os.readlink(link) != state.bin_dir:
+        link.unlink(missing_ok=True)
+        link.symlink_to(state.bin_dir)
     kubeconfig = STATE_DIR / "kubeconfig"
     operator = STATE_DIR / OPERATOR_KUBECONFIG
     if getattr(args, "json", False):

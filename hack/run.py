@@ -21,6 +21,10 @@ sys.path.insert(0, str(REPO))
 
 from tests.e2e.support import Operator, local_cluster, pod_runner  # noqa: E402
 
+# The one line the README quotes: this control plane's kubeconfig, its own kubectl
+# (.cluster/bin, kept by hack/localcluster.py) and the agentworkers CLI.
+EXPORT = "export KUBECONFIG=$PWD/.cluster/kubeconfig PATH=$PWD/.cluster/bin:$PWD/.venv/bin:$PATH"
+
 
 def main() -> int:
     cluster = local_cluster()
@@ -34,8 +38,7 @@ def main() -> int:
     with Operator.start(cluster, workdir) as operator, pod_runner(cluster, "", workdir / "pods"):
         print(f"operator running (log {operator.log}, metrics {operator.metrics_url})")
         print(f"pod runner running (logs in {workdir / 'pods'})")
-        tools = f"{REPO / '.venv' / 'bin'}:{cluster.bin_dir}"
-        print(f"\n  export KUBECONFIG={cluster.kubeconfig} PATH={tools}:$PATH\n")
+        print(f"\nIn another terminal, here:\n\n  {EXPORT}\n")
         print("Ctrl-C stops them (the control plane keeps running: make cluster-down).")
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()

@@ -87,7 +87,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
         cli(cluster, namespace, "spawn", "w2", "--wait").stdout == "worker/w2 spawned (Running)\n"
     )
 
-    listed = cli_json(cluster, namespace, "list")
+    listed = cli_json(cluster, namespace, "list")["items"]
     assert [w["name"] for w in listed] == ["w1", "w2"]  # start time, then name
     assert listed[0]["spec"]["initialMessage"] == "hello"
     table = cli(cluster, namespace, "list").stdout.splitlines()
@@ -168,6 +168,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
         "phase": "Killed",
         "output": "",
         "error": "enough for today",
+        "deleted": True,
     }
     assert "collect w1: " in collected.stderr
     cli(cluster, namespace, "inspect", "w1", code=3)  # collected: removed
@@ -175,7 +176,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
     report(cluster, namespace, "w2", phase="Idle", output="all done\nsee report.md")
     described = cli(cluster, namespace, "collect", "w2").stdout
     assert "Phase:   Idle" in described and "  all done\n  see report.md\n" in described
-    assert cli_json(cluster, namespace, "list") == []
+    assert cli_json(cluster, namespace, "list") == {"apiVersion": "v1", "kind": "List", "items": []}
     empty = cli(cluster, namespace, "list")
     assert (empty.stdout, empty.stderr) == ("", f"No workers found in namespace {namespace}.\n")
 
@@ -314,7 +315,11 @@ def test_profiles_and_revisions(cluster: Cluster, namespace: str) -> None:
     cluster.apply(namespace, edited)
     revisions = wait_until(
         "revision 2",
-        lambda: (found := cli_json(cluster, namespace, "revisions")) and len(found) == 2 and found,
+        lambda: (
+            (found := cli_json(cluster, namespace, "revisions")["items"])
+            and len(found) == 2
+            and found
+        ),
     )
     assert [(r["revision"], r["active"]) for r in revisions] == [(1, False), (2, True)]
     assert revisions[0]["digest"] != revisions[1]["digest"]

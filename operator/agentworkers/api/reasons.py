@@ -38,7 +38,10 @@ BOUND: Final = "Bound"  # ProfileBound=True
 POD_CREATED: Final = "PodCreated"  # Started=True
 RUNNING: Final = "Running"  # Ready=True
 KILLING: Final = "Killing"  # Killed=Unknown: the pod is being deleted
-# Ended (Failed, with one Warning Event):
+# Ended on its own (one Event each, Ready=False):
+COMPLETED: Final = "Completed"  # Done: the run finished its work (a Normal Event)
+RUN_FAILED: Final = "RunFailed"  # Failed in the runtime (the model, a tool): status.error says
+# Ended by the operator (Failed, with one Warning Event):
 POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
 POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason

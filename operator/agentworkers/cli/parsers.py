@@ -253,9 +253,11 @@ def add_verbs(sub: Any, root: str) -> None:
         ["w1", "w1 --timeout 60 -o json | jq -r .output"],
         "Waits (on a watch) until the worker is Idle, Done, Failed or Killed, prints its "
         "phase, output and error (a killed worker's error is the kill reason), then deletes "
-        "it. A timeout exits 5 and removes nothing.",
+        "it (its pod and children go with it; --keep leaves them, for kubectl logs). A "
+        "timeout exits 5 and removes nothing.",
     )
     p.add_argument("name", metavar="NAME")
+    p.add_argument("--keep", action="store_true", help="do not delete the worker")
     p.add_argument(
         "--timeout",
         type=seconds,

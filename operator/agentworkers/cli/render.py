@@ -47,8 +47,11 @@ def plain(value: Any) -> Any:
 
 
 def dump(value: Any, fmt: str) -> str:
-    """`value` as one JSON or YAML document, ending in a newline."""
+    """`value` as one JSON or YAML document, ending in a newline; a sequence as a `List`
+    (kubectl's wrapper: `.items[]` for jq, whatever the count)."""
     data = plain(value)
+    if isinstance(data, list):
+        data = {"apiVersion": "v1", "kind": "List", "items": data}
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     return str(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
@@ -183,7 +186,12 @@ def inspection_text(found: Inspection, since: int) -> str:
 
 
 def collect_text(result: CollectResult) -> str:
-    return describe(
+    done = (
+        "collected and deleted, with its pod and children"
+        if result.deleted
+        else "collected and kept (delete it when done: kubectl delete worker)"
+    )
+    text = describe(
         [
             ("Name", result.name),
             ("Phase", result.phase),
@@ -191,6 +199,7 @@ def collect_text(result: CollectResult) -> str:
             ("Output", result.output),
         ]
     )
+    return f"{text}worker/{result.name} {done}\n"
 
 
 def event_row(record: EventRecord) -> str:

@@ -252,7 +252,7 @@ def kill(client: Client, args: argparse.Namespace, out: Output) -> int:
 def collect(client: Client, args: argparse.Namespace, out: Output) -> int:
     waiting = out.waiting("collect")
     try:
-        result = client.collect(args.name, timeout=args.timeout, progress=waiting)
+        result = client.collect(args.name, timeout=args.timeout, progress=waiting, keep=args.keep)
     finally:
         if waiting:
             waiting.done()

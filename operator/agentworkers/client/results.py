@@ -61,6 +61,8 @@ class CollectResult:
     phase: str
     output: str
     error: str
+    # Whether collect deleted the Worker (and with it its pod and children).
+    deleted: bool = True
 
 
 @dataclass(frozen=True)

@@ -200,12 +200,18 @@ class Client(ConfigReads):
         raise WaitTimeoutError(f"worker {name!r} still {phase} after {timeout:g}s{why}")
 
     def collect(
-        self, name: str, timeout: float = DEFAULT_COLLECT_TIMEOUT, progress: Progress | None = None
+        self,
+        name: str,
+        timeout: float = DEFAULT_COLLECT_TIMEOUT,
+        progress: Progress | None = None,
+        *,
+        keep: bool = False,
     ) -> CollectResult:
         """Wait for idle/done/failed/killed, return output, phase and error, remove the worker.
 
         For a killed worker the error is the kill reason. The worker's pod, sandbox and
-        children go with it (they are owned by it). A timeout removes nothing.
+        children go with it (they are owned by it); `keep` leaves them (to read the pod's
+        logs, say). A timeout removes nothing.
         """
         try:
             # A run asked to stop is not settled until it is Killed (or ended on its own).
@@ -216,8 +222,9 @@ class Client(ConfigReads):
         error = info.status.error or ""
         if info.phase == "Killed" and not error:
             error = info.spec.kill.reason if info.spec.kill else "killed"
-        result = CollectResult(name, info.phase, info.status.output or "", error)
-
+        result = CollectResult(name, info.phase, info.status.output or "", error, not keep)
+        if keep:
+            return result
         # Marked first, so the operator does not take the deletion for a kill.
         self._patch(name, {"metadata": {"annotations": {COLLECTED_ANNOTATION: "true"}}})
         # Someone else removed it already: collected all the same.

@@ -27,6 +27,7 @@ from typing import Any
 
 import kopf
 
+from agentworkers.controller import metrics
 from agentworkers.controller.kopf_fixes import Refused, refusal_details
 
 log = logging.getLogger(__name__)
@@ -97,17 +98,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError):
             self.send_error(400, "not an AdmissionReview")
             return
-        body = {
-            "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
-            "kind": "AdmissionReview",
-            "response": answer(request, self.server.checks, _check_id(self.path)),
-        }
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        check_id = _check_id(self.path)
+        with metrics.ADMISSION_SECONDS.labels(check=check_id).time():
+            body = {
+                "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
+                "kind": "AdmissionReview",
+                "response": answer(request, self.server.checks, check_id),
+            }
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
     def log_message(self, *_: object) -> None:
         pass  # the API server's own metrics and our refusal counters tell the story

@@ -23,6 +23,14 @@ RECONCILE_SECONDS = Histogram(
     "agentworkers_config_reconcile_seconds", "Time to reconcile one AgentConfig's revisions."
 )
 
+ADMISSION_SECONDS = Histogram(
+    "agentworkers_admission_review_seconds",
+    "Time to answer one admission review, from its request read to its response written "
+    "(the operator's side; the API server's own histogram adds the network and its queue).",
+    ["check"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+
 SPAWNS = Counter(
     "agentworkers_spawns_total", "Workers whose run the operator started (pod created)."
 )

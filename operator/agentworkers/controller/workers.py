@@ -50,6 +50,7 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
 
 def _step(storage: Repository, worker: Worker) -> None:
     if worker.status.phase in TERMINAL_PHASES:
+        _ended(storage, worker)
         return
     if worker.spec.kill is not None:
         kill(storage, worker)
@@ -142,6 +143,24 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
         worker.update(**changes)
     worker.condition(reasons.STARTED, "True", reasons.POD_CREATED, f"pod {pod['metadata']['name']}")
     worker.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
+
+
+def _ended(storage: Repository, worker: Worker) -> None:
+    """A run that ended on its own (the runtime reported Done or Failed, or the pod
+    succeeded): say so once, in Ready and in an Event. Killed runs and failures the
+    operator decided have said so already (Ready is False then)."""
+    ready = next((c for c in worker.status.conditions if c.type == reasons.READY), None)
+    if ready is not None and ready.status == "False":
+        return
+    if worker.status.phase == "Done":
+        type_, reason, message = "Normal", reasons.COMPLETED, "the run is Done"
+    elif worker.status.phase == "Failed":
+        why = worker.status.error or "no reason given"
+        type_, reason, message = "Warning", reasons.RUN_FAILED, f"the run failed: {why}"
+    else:
+        return
+    worker.condition(reasons.READY, "False", reason, message)
+    storage.post_event(worker.body, type_, reason, message)
 
 
 def kill(storage: Repository, worker: Worker) -> None:

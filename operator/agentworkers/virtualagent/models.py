@@ -54,6 +54,19 @@ class _Shape(BaseModel):
     )
 
 
+# The overlay's fields that are set or not (Go's pointers): present whenever set, even to
+# a zero value; the others (lists, instructions) count only when not empty.
+POINTER_FIELDS = (
+    "model",
+    "temperature",
+    "max_tokens",
+    "reasoning_effort",
+    "skills",
+    "max_steps",
+    "token_budget",
+)
+
+
 class Overlay(_Shape):
     """The bounded, non-recursive overlay a profile applies over its parent agent.
 
@@ -154,18 +167,7 @@ class Overlay(_Shape):
         An explicit empty skill set is not zero: it narrows to no skills.
         """
         return (
-            all(
-                getattr(self, name) is None
-                for name in (
-                    "model",
-                    "temperature",
-                    "max_tokens",
-                    "reasoning_effort",
-                    "skills",
-                    "max_steps",
-                    "token_budget",
-                )
-            )
+            all(getattr(self, name) is None for name in POINTER_FIELDS)
             and not self.disabled_tools
             and not self.paused_servers
             and is_blank(self.instructions)

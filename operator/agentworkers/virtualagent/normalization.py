@@ -20,7 +20,7 @@ from agentworkers.virtualagent.canonical import (
     sha256_hex,
 )
 from agentworkers.virtualagent.errors import InvalidProfileError
-from agentworkers.virtualagent.models import Overlay, Profile, ProfileMap
+from agentworkers.virtualagent.models import POINTER_FIELDS, Overlay, Profile, ProfileMap
 from agentworkers.virtualagent.text import trim_space
 
 
@@ -138,23 +138,12 @@ def normalize_map(profile_map: ProfileMap) -> ProfileMap:
     )
 
 
-# Go's pointer fields: emitted whenever set, even to a zero value.
-_POINTER_FIELDS = (
-    "model",
-    "temperature",
-    "max_tokens",
-    "reasoning_effort",
-    "skills",
-    "max_steps",
-    "token_budget",
-)
-
 
 def overlay_document(overlay: Overlay) -> dict[str, Any]:
     """The generic value of an overlay, with Go's ``omitempty`` applied."""
     # Pointer fields are present whenever set, even to zero or to an empty skill set;
     # slices and strings are omitted when empty.
-    doc = {name: getattr(overlay, name) for name in _POINTER_FIELDS}
+    doc = {name: getattr(overlay, name) for name in POINTER_FIELDS}
     doc = {name: value for name, value in doc.items() if value is not None}
     for name in ("disabled_tools", "paused_servers", "instructions"):
         if getattr(overlay, name):

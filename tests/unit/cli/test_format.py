@@ -31,11 +31,18 @@ def test_plain_spells_fields_as_the_api_does() -> None:
 
 def test_json_and_yaml_round_trip() -> None:
     result = CollectResult("w1", "Killed", "", "over budget")
-    expected = {"name": "w1", "phase": "Killed", "output": "", "error": "over budget"}
+    expected = {
+        "name": "w1",
+        "phase": "Killed",
+        "output": "",
+        "error": "over budget",
+        "deleted": True,
+    }
     assert json.loads(dump(result, "json")) == expected
     assert yaml.safe_load(dump(result, "yaml")) == expected
     assert json_line(result) == json.dumps(expected, separators=(",", ":")) + "\n"
-    assert dump([result], "json").endswith("]\n")
+    listed = json.loads(dump([result], "json"))
+    assert listed == {"apiVersion": "v1", "kind": "List", "items": [expected]}
 
 
 def test_a_table_lines_up_like_kubectl() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 from agentworkers.api import WorkerSpec, WorkerStatus
 from agentworkers.api.worker import WorkerEvent
@@ -58,7 +59,14 @@ def test_inspect_describes_the_worker_then_its_events() -> None:
 
 def test_collect_prints_the_output_below_its_key() -> None:
     text = collect_text(CollectResult("w1", "Done", "first\nsecond", ""))
-    assert text == "Name:    w1\nPhase:   Done\nError:   <none>\nOutput:\n  first\n  second\n"
+    assert text == (
+        "Name:    w1\nPhase:   Done\nError:   <none>\nOutput:\n  first\n  second\n"
+        "worker/w1 collected and deleted, with its pod and children\n"
+    )
+    kept = collect_text(CollectResult("w1", "Done", "", "", deleted=False))
+    assert kept.endswith(
+        "worker/w1 collected and kept (delete it when done: kubectl delete worker)\n"
+    )
 
 
 def test_an_event_row_has_fixed_columns() -> None:
@@ -102,7 +110,8 @@ def test_nothing_to_show_goes_to_stderr_and_json_is_still_printed() -> None:
     assert (out.stdout.getvalue(), out.stderr.getvalue()) == ("", "No workers found.\n")  # type: ignore[attr-defined]
     scripted = Output("json", stdout=io.StringIO(), stderr=io.StringIO())
     scripted.show([], lambda: "never", "No workers found.")
-    assert scripted.stdout.getvalue() == "[]\n"  # type: ignore[attr-defined]
+    listed = json.loads(scripted.stdout.getvalue())  # type: ignore[attr-defined]
+    assert listed == {"apiVersion": "v1", "kind": "List", "items": []}
 
 
 def test_progress_off_a_terminal_is_one_line_per_change() -> None:

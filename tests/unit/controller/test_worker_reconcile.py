@@ -207,6 +207,13 @@ def _below_a_profile_run(memory: Memory) -> None:
     memory.put("workers", worker("w", parent="researcher"))
 
 
+def _runtime_failed(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "w")
+    body = memory.objects[("workers", "ns", "w")]
+    body["status"] = {**body["status"], "phase": "Failed", "error": "ModelError: unreachable"}
+
+
 ROWS = {
     "no AgentConfig: the run waits, with the reason": Row(
         _no_config, "w", "Pending", "AgentConfigMissing", pod=False, outcome="retry"
@@ -240,7 +247,12 @@ ROWS = {
     "its pod failed": Row(
         _pod_failed, "w", "Failed", "DeadlineExceeded", pod=True, events=("DeadlineExceeded",)
     ),
-    "its pod succeeded": Row(_pod_succeeded, "w", "Done", "Running", pod=True),
+    "its pod succeeded": Row(
+        _pod_succeeded, "w", "Done", "Completed", pod=True, events=("Completed",)
+    ),
+    "its runtime reports a failure": Row(
+        _runtime_failed, "w", "Failed", "RunFailed", pod=True, events=("RunFailed",)
+    ),
     "a spec that does not decode": Row(
         _unreadable, "w", "Failed", "InvalidSpec", pod=False, events=("InvalidSpec",)
     ),
