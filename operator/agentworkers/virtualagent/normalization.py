@@ -138,7 +138,6 @@ def normalize_map(profile_map: ProfileMap) -> ProfileMap:
     )
 
 
-
 def overlay_document(overlay: Overlay) -> dict[str, Any]:
     """The generic value of an overlay, with Go's ``omitempty`` applied."""
     # Pointer fields are present whenever set, even to zero or to an empty skill set;
