@@ -260,6 +260,7 @@ class Phase:
     # The same review as the operator timed it (its own histogram): the rest is the API
     # server's (its webhook client, the network, its own queue when saturated).
     review_p99: float = float("nan")
+    settled_rss: float = float("nan")
     rss: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
@@ -458,7 +459,8 @@ def summarize(results: list[Phase], rates: list[float]) -> None:
             f"  burst of {burst.count} Workers: last pod after "
             f"{max(burst.latencies, default=float('nan')):.1f} s, admission p99 "
             f"{burst.admission_p99 * 1000:.0f} ms "
-            f"(in the operator {burst.review_p99 * 1000:.1f} ms), operator RSS {burst.rss:.0f} MiB"
+            f"(in the operator {burst.review_p99 * 1000:.1f} ms), operator RSS {burst.rss:.0f} MiB "
+            f"at its end, {burst.settled_rss:.0f} MiB with its Workers in place and quiet"
         )
     print(f"  ('!' = not kept up: a pod later than {KEPT_UP:.0f} s, or none)")
 
@@ -468,6 +470,9 @@ def main() -> int:
     parser.add_argument("--rates", default="10,25,50,100")
     parser.add_argument("--seconds", type=float, default=10, help="per rate")
     parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument(
+        "--settle", type=float, default=40, help="seconds after the burst before its RSS"
+    )
     parser.add_argument("--no-jobs", action="store_true", help="Workers only")
     parser.add_argument("--no-workers", action="store_true", help="Jobs only")
     parser.add_argument("--max-objects", type=int, default=1000, help="per phase")
@@ -540,7 +545,11 @@ def main() -> int:
                     results.append(bench.run(label, make, path, count, rate))
                     bench.drop(label)
         if args.burst and not args.no_workers:
-            results.append(bench.run("worker-burst", worker, workers, args.burst, 0))
+            burst = bench.run("worker-burst", worker, workers, args.burst, 0)
+            # What the operator holds with the burst's Workers in place, once it is quiet.
+            time.sleep(args.settle)
+            burst.settled_rss = rss_mib(pids["operator"])
+            results.append(burst)
             bench.drop("worker-burst")
         subprocess.run(
             [sys.executable, str(REPO / "hack" / "localcluster.py"), "controller-manager"],

@@ -98,7 +98,11 @@ AGENT_CONFIG_REVISION = Resource(
         AGE,
     ),
     root_rules=(
-        {"rule": "self.spec == oldSelf.spec", "message": "an AgentConfigRevision is immutable"},
+        {
+            "rule": "self.spec == oldSelf.spec",
+            "message": "an AgentConfigRevision is immutable",
+            "fieldPath": ".spec",
+        },
     ),
 )
 
@@ -126,6 +130,7 @@ VIRTUAL_AGENT_PROFILE = Resource(
             "rule": "self.spec.agent == oldSelf.spec.agent",
             "message": "spec.agent is immutable: delete the profile and create it for the "
             "other agent",
+            "fieldPath": ".spec.agent",
         },
     ),
 )
@@ -137,6 +142,7 @@ def _fixed(field: str) -> Mapping[str, str]:
         "rule": f"has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
         f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field})",
         "message": f"spec.{field} is immutable",
+        "fieldPath": f".spec.{field}",
     }
 
 
@@ -156,28 +162,31 @@ WORKER = Resource(
         column("Inherits", ".status.inherited.profile"),
         column("Last Event", ".status.lastEvent"),
         column("Pod", ".status.pod", priority=1),
-        column("Revision", ".status.binding.revision", priority=1),
+        column("Revision", ".status.revision", priority=1),
         AGE,
     ),
     max_name_length=MAX_LABEL_NAME,
     root_rules=(
-        {"rule": "self.spec.agent == oldSelf.spec.agent", "message": "spec.agent is immutable"},
+        _fixed("agent"),
         _fixed("parent"),
         _fixed("profile"),
         {
             "rule": "!has(self.spec.profile) || has(self.spec.parent)",
             "message": "spec.profile needs spec.parent: a parent worker applies a virtual profile",
+            "fieldPath": ".spec.parent",
         },
         {
             "rule": "!has(oldSelf.spec.kill) || "
             "(has(self.spec.kill) && self.spec.kill == oldSelf.spec.kill)",
             "message": "spec.kill cannot be changed or taken back once set",
+            "fieldPath": ".spec.kill",
         },
         {
             "rule": "!has(oldSelf.spec.queries) || (has(self.spec.queries) && "
             "self.spec.queries.size() >= oldSelf.spec.queries.size() && "
             "self.spec.queries.slice(0, oldSelf.spec.queries.size()) == oldSelf.spec.queries)",
             "message": "spec.queries is append-only",
+            "fieldPath": ".spec.queries",
         },
     ),
 )

@@ -173,6 +173,11 @@ class WorkerStatus(KubeModel):
         "come from that revision's map.",
     )
     binding: BindingSummary | None = Field(default=None, description="The pinned profile, if any.")
+    revision: StrictStr | None = Field(
+        default=None,
+        description="The AgentConfigRevision this run uses: the one its profile binding pins, "
+        "or the one a top-level run froze at its start.",
+    )
     inherited: InheritedBounds | None = Field(
         default=None,
         description="For a descendant of a virtual-profile run: the profile whose bounds it "

@@ -66,7 +66,7 @@ def bind(
         {BINDING_ANNOTATION: encode_binding(binding)},
         {AGENT_LABEL: worker.spec.agent, REVISION_LABEL: revision},
     )
-    worker.update(binding=summary(binding))
+    worker.update(binding=summary(binding), revision=revision or None)
     worker.condition(
         reasons.PROFILE_BOUND,
         "True",

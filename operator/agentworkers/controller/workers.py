@@ -123,7 +123,8 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     annotations = pod["metadata"].get("annotations") or {}
     changes: dict[str, Any] = {"pod": pod["metadata"]["name"]}
     if worker.status.frozen_revision is None and FROZEN_ANNOTATION in annotations:
-        changes["frozen_revision"] = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
+        frozen = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
+        changes.update(frozen_revision=frozen, revision=frozen.name)
     if worker.status.started_at is None:
         changes["started_at"] = pod["metadata"].get("creationTimestamp") or now()
     phase = (pod.get("status") or {}).get("phase")

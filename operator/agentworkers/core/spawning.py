@@ -29,6 +29,7 @@ from agentworkers.virtualagent import (
     NoProfileMapError,
     Profile,
     ProfileRecursionError,
+    StaleProfilePinError,
     TamperedBindingError,
     UnknownProfileError,
     VirtualAgentError,
@@ -94,7 +95,18 @@ def check_spawn(
             f"{frozen_revision.revision} (known: {known})",
         )
     binding = frozen.bind(profile)
-    frozen.verify_current()
+    try:
+        frozen.verify_current()
+    except StaleProfilePinError as error:
+        # The port names its own fields (revision_id); say it as a user meets it.
+        now = f"is now at revision {live.revision}" if live else "has no active revision"
+        raise StaleProfilePinError(
+            "spec.profile",
+            f"parent {parent.name} started on revision {frozen_revision.revision} of agent "
+            f"{child.agent!r}, which {now}; its children take profiles from that revision "
+            "only while it is current: start the parent again (or spawn from a run started "
+            "since) to use the current profiles",
+        ) from error
     return binding
 
 
@@ -210,7 +222,16 @@ def verify_run_start(
         raise MissingProfileError(
             "spec.agent", f"agent {binding.agent_id!r} has no active revision"
         )
-    return binding, frozen_map(current).verify_pin(binding)
+    try:
+        return binding, frozen_map(current).verify_pin(binding)
+    except StaleProfilePinError as error:
+        raise StaleProfilePinError(
+            "spec.profile",
+            f"this run was bound to profile {binding.key!r} of revision "
+            f"{binding.config_revision_id} of agent {binding.agent_id!r}, which is now at "
+            f"revision {current.revision}; a profiled run starts only on the revision it was "
+            "bound to: spawn it again from a parent started since",
+        ) from error
 
 
 def ancestor_profile(

@@ -68,4 +68,15 @@ def test_revisions_are_immutable_by_cel() -> None:
     assert {
         "rule": "self.spec == oldSelf.spec",
         "message": "an AgentConfigRevision is immutable",
+        "fieldPath": ".spec",
     } in rules
+
+
+def test_every_cel_rule_names_its_field_and_says_why() -> None:
+    """A refusal reads `spec.kill: Invalid value: ...: spec.kill cannot be changed`, never
+    `<nil>: Invalid value`."""
+    for resource in RESOURCES:
+        schema = crdgen.crd(resource)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        for rule in schema.get("x-kubernetes-validations", []):
+            assert rule.get("fieldPath", "").startswith(".spec"), (resource.kind, rule)
+            assert rule.get("message"), (resource.kind, rule)
