@@ -29,4 +29,3 @@ def test_it_trims_every_period_until_stopped(monkeypatch: pytest.MonkeyPatch) ->
 def test_without_malloc_trim_it_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trim, "_malloc_trim", lambda: None)
     assert not trim.start(threading.Event())
-
