@@ -174,7 +174,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     )
     planner = client.wait("demo-planner", frozenset({"Done", "Failed"}), timeout=180)
     print(f"planner: {planner.status.phase}: {planner.status.output or planner.status.error}")
-    for event in planner.status.events:
+    for event in planner.status.recent_events:
         print(f"  {DIM}#{event.index:<3} {event.kind:18} {event.summary[:110]}{RESET}")
 
     step("Kill a worker with a reason")

@@ -102,7 +102,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
     )
     cli(cluster, namespace, "query", "w1", "-", stdin="from stdin")
 
-    report(cluster, namespace, "w1", events=ring(1, 2, 3), eventIndex=3, lastEvent="step 3")
+    report(cluster, namespace, "w1", recentEvents=ring(1, 2, 3), eventIndex=3, lastEvent="step 3")
     inspected = cli_json(cluster, namespace, "inspect", "w1", "--since", "1")
     assert inspected["worker"]["spec"]["queries"] == ["more please", "from stdin"]
     assert [e["index"] for e in inspected["events"]] == [2, 3]
@@ -145,9 +145,9 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
     try:
         assert follow.stdout is not None
         seen = [json.loads(follow.stdout.readline()) for _ in range(3)]
-        report(cluster, namespace, "w2", events=ring(1), eventIndex=1)
+        report(cluster, namespace, "w2", recentEvents=ring(1), eventIndex=1)
         # The ring again with one more: the three already seen must not come twice.
-        report(cluster, namespace, "w1", events=ring(1, 2, 3, 4), eventIndex=4)
+        report(cluster, namespace, "w1", recentEvents=ring(1, 2, 3, 4), eventIndex=4)
         seen += [json.loads(follow.stdout.readline()) for _ in range(2)]
     finally:
         follow.terminate()
@@ -357,7 +357,9 @@ def test_the_async_client_leaves_the_event_loop_free(cluster: Cluster, namespace
         ticker.cancel()
         assert ticks >= 10  # the loop kept running while collect waited
 
-        await asyncio.to_thread(report, cluster, namespace, "a1", events=ring(1, 2), eventIndex=2)
+        await asyncio.to_thread(
+            report, cluster, namespace, "a1", recentEvents=ring(1, 2), eventIndex=2
+        )
         assert [e.index async for e in client.events("a1", follow=False)] == [1, 2]
         assert [w.name for w in await client.list()] == ["a1"]
 

@@ -60,9 +60,9 @@ def test_a_single_run_ends_done_with_its_output_and_events(
     client.spawn("solo", WorkerSpec(agent="planner", initial_message="say hello"))
     info = _settled(client, "solo", "Done")
     assert info.status.output == "hello from the sandbox"
-    kinds = [e.kind for e in info.status.events]
+    kinds = [e.kind for e in info.status.recent_events]
     assert kinds[0] == "status_change" and "thought" in kinds and "assistant_message" in kinds
-    assert [e.index for e in info.status.events] == list(range(1, len(kinds) + 1))
+    assert [e.index for e in info.status.recent_events] == list(range(1, len(kinds) + 1))
     wait_until(
         "the pod to succeed",
         lambda: (
@@ -107,7 +107,7 @@ def test_a_planner_spawns_a_profiled_child_and_collects_it(
     client.spawn("boss", WorkerSpec(agent="planner", initial_message="plan", script=planner_script))
     info = _settled(client, "boss", "Done", timeout=90)
     assert info.status.output == "the reviewer approved"
-    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any('"verdict": "approve"' in r or "approve" in r for r in results), results
     # collect returns once the child settles: Idle with its answer, or Done.
     assert any(
@@ -137,7 +137,7 @@ def test_a_profiled_child_cannot_spawn_a_profiled_grandchild(
     _settled(client, "top", "Done", timeout=90)
     kid = _settled(client, "kid", "Done", timeout=90)
     assert kid.status.output == "tried"
-    refusals = [e.summary for e in kid.status.events if e.kind == "tool_result"]
+    refusals = [e.summary for e in kid.status.recent_events if e.kind == "tool_result"]
     assert any("ProfileRecursion" in r for r in refusals), refusals
     assert (
         cluster.kubectl("get", "worker", "grandchild", "-n", namespace, check=False).returncode != 0
@@ -158,7 +158,7 @@ def test_hidden_tools_sandbox_escapes_and_limits(
     client.spawn("limited", WorkerSpec(agent="planner", initial_message="go"))
     info = _settled(client, "limited", "Failed")
     assert "max_steps (3) exhausted" in (info.status.error or "")
-    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any("escape" in r and "outside" in r.lower() for r in results), results
     assert any("/etc/passwd" in r for r in results), results
 
@@ -181,7 +181,7 @@ def test_hidden_tools_sandbox_escapes_and_limits(
         ),
     )
     info = _settled(client, "rev", "Done")
-    results = [e.summary for e in info.status.events if e.kind == "tool_result"]
+    results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any("not available" in r for r in results), results
 
 

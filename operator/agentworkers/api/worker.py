@@ -16,7 +16,7 @@ TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
 SETTLED_PHASES: frozenset[str] = TERMINAL_PHASES | {"Idle"}
 # Set by a client's collect before it deletes the Worker: that deletion is no kill.
 # Status fields only a run's runtime writes (the operator neither reads nor keeps them).
-RUNTIME_STATUS: frozenset[str] = frozenset({"events", "output"})
+RUNTIME_STATUS: frozenset[str] = frozenset({"recentEvents", "output"})
 MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
 Message = Annotated[StrictStr, MaxBytes(MAX_MESSAGE_BYTES)]
@@ -187,6 +187,6 @@ class WorkerStatus(KubeModel):
     queries_delivered: StrictInt | None = Field(
         default=None, description="How many of spec.queries the run has taken."
     )
-    events: tuple[WorkerEvent, ...] = Field(
+    recent_events: tuple[WorkerEvent, ...] = Field(
         default=(), description="The most recent events (a bounded ring).", max_length=50
     )

@@ -7,8 +7,10 @@ Run by the system, not by hand (not listed below):
   agentworkers operator [--namespace NS ...] [--no-webhook] ...             run the operator
   agentworkers run --worker NAME --namespace NS         the runtime (a worker pod's command)
 
-Global flags go before or after the verb: -n/--namespace, --kubeconfig, -o table|json|yaml,
--q/--quiet. `agentworkers VERB --help` shows examples.
+Global flags go before or after the verb: -n/--namespace, --kubeconfig,
+-o table|wide|json|yaml, -q/--quiet. `agentworkers VERB --help` shows examples. Workers are
+Kubernetes objects too: kubectl get workers, kubectl describe worker NAME, kubectl delete
+worker NAME (a kill, unless collected).
 
 exit codes:
   0  ok
@@ -133,7 +135,9 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
         help="kubeconfig file; default: KUBECONFIG, then in-cluster, then ~/.kube/config",
     )
     op.add_argument("--no-webhook", action="store_true", help="run without the admission webhook")
-    op.add_argument("--webhook-port", type=int, default=9443)
+    op.add_argument(
+        "--webhook-port", type=int, default=9443, help="port the admission webhook listens on"
+    )
     op.add_argument(
         "--webhook-name",
         default="agentworkers.io",
@@ -186,7 +190,12 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
         default="full",
         help="json: one JSON object a line, with the object it is about (use in clusters)",
     )
-    op.add_argument("-v", "--verbose", action="store_true")
+    op.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="a log line per handled event (costly at scale)",
+    )
     op.set_defaults(func=_operator)
 
 

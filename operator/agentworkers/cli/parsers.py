@@ -13,7 +13,9 @@ from typing import Any, NoReturn
 # Light on purpose: `--help` and a usage error load this module and argparse only (the
 # client and the models load when a verb runs, `agentworkers.cli.main.run`).
 
-FORMATS = ("table", "json", "yaml")
+# wide: the table with more columns where a verb has them (list), as kubectl -o wide.
+FORMATS = ("table", "wide", "json", "yaml")
+TABLES = ("table", "wide")
 EVENT_COLUMNS = ("WORKER", 24), ("INDEX", 6), ("KIND", 18), ("TIME", 21), ("SUMMARY", 0)
 # The CLI's own default for waits (the Python client has its own for its callers).
 DEFAULT_TIMEOUT = 300.0
@@ -97,15 +99,27 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("-f", "--file", help="a Worker manifest or a Worker spec (YAML/JSON; - stdin)")
     p.add_argument("-a", "--agent", help="the AgentConfig (top-level agent) to run")
     p.add_argument("-m", "--message", help="the first message, delivered when the run starts")
-    p.add_argument("--kind", choices=("static", "dynamic"))
+    p.add_argument(
+        "--kind",
+        choices=("static", "dynamic"),
+        help="static: the agent's own prompt; dynamic: with --prompt added to it",
+    )
     p.add_argument("--description", help="one line on what the worker is for")
     p.add_argument("--prompt", help="extra system prompt (dynamic workers)")
     p.add_argument("--provider", help="driver override: openai or scripted")
     p.add_argument("--model", help="model override")
     p.add_argument("--skill", action="append", default=[], help="keep this skill (repeatable)")
     p.add_argument("--mcp", action="append", default=[], help="keep this MCP server (repeatable)")
-    p.add_argument("--reasoning", choices=("off", "low", "medium", "high"))
-    p.add_argument("--reasoning-api", choices=("enabled", "adaptive"))
+    p.add_argument(
+        "--reasoning",
+        choices=("off", "low", "medium", "high"),
+        help="reasoning effort override (never above the agent's)",
+    )
+    p.add_argument(
+        "--reasoning-api",
+        choices=("enabled", "adaptive"),
+        help="how the model's reasoning is asked for: always, or as the model decides",
+    )
     p.add_argument("--secret", action="append", default=[], help="allow this secret (repeatable)")
     p.add_argument("--parent", help="the spawning worker (needed with --profile)")
     p.add_argument("--profile", help="a virtual-agent profile key from the parent's frozen map")
@@ -142,6 +156,18 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     )
 
 
+def event_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-f", "--follow", action="store_true", help="stream new events")
+    p.add_argument(
+        "--since",
+        type=non_negative,
+        default=0,
+        metavar="N",
+        help="only events with a greater index (a cursor from an earlier run)",
+    )
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS", help="stop following then")
+
+
 def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """-n, --kubeconfig, -o, -q: before the verb, or (kubectl-style) after it.
 
@@ -174,7 +200,8 @@ def add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         choices=FORMATS,
         metavar="FORMAT",
         default=default("table"),
-        help="table (default), json or yaml (a stream, events, prints JSON Lines)",
+        help="table (default), wide (list: more columns), json or yaml (a stream, events, "
+        "prints JSON Lines)",
     )
     group.add_argument(
         "-q",
@@ -288,9 +315,19 @@ def add_verbs(sub: Any, root: str) -> None:
         "interrupted, the timeout, or (for one worker) its deletion.",
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="one worker (default: all)")
-    p.add_argument("-f", "--follow", action="store_true", help="stream new events")
-    p.add_argument("--since", type=non_negative, default=0, metavar="N")
-    p.add_argument("--timeout", type=seconds, metavar="SECONDS", help="stop following then")
+    event_flags(p)
+
+    p = verb(
+        "logs",
+        "events",
+        "print one worker's events, as kubectl logs prints a pod's",
+        ["w1", "w1 -f"],
+        "The same stream as `events NAME`: the run's events from its status, in order; "
+        "-f follows until the worker is deleted. (`kubectl logs` of its pod shows the "
+        "runtime's own output.)",
+    )
+    p.add_argument("name", metavar="NAME")
+    event_flags(p)
 
     p = verb(
         "explain",

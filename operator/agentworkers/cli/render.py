@@ -133,9 +133,12 @@ def short(digest: str | None) -> str:
 # --- what each verb shows ------------------------------------------------------------
 
 
-def worker_rows(workers: Sequence[WorkerInfo]) -> str:
+def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
+    """The list table; `wide` adds the pod, the revision the run uses and its start."""
+    header = ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE")
+    extra = ("POD", "REVISION", "STARTED") if wide else ()
     return table(
-        ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE"),
+        header + extra,
         (
             (
                 w.name,
@@ -145,6 +148,7 @@ def worker_rows(workers: Sequence[WorkerInfo]) -> str:
                 w.spec.parent,
                 w.status.last_event,
                 age(w.created),
+                *((w.status.pod, w.status.revision, when(w.status.started_at)) if wide else ()),
             )
             for w in workers
         ),
@@ -164,8 +168,8 @@ def inspection_text(found: Inspection, since: int) -> str:
             ("Parent", w.spec.parent),
             ("Phase", w.phase),
             ("Waiting", w.waiting),
-            ("Started", status.started_at),
-            ("Updated", status.updated_at),
+            ("Started", when(status.started_at)),
+            ("Updated", when(status.updated_at)),
             ("Pod", status.pod),
             ("Revision", revision),
             ("Queries", queries),
@@ -202,9 +206,22 @@ def collect_text(result: CollectResult) -> str:
     return f"{text}worker/{result.name} {done}\n"
 
 
+def when(stamp: str | None) -> str | None:
+    """One time format everywhere: UTC, to the second, `Z` (the API's own)."""
+    if not stamp:
+        return stamp
+    try:
+        parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def event_row(record: EventRecord) -> str:
     """One streamed row: fixed widths, since the rows to come are not known yet."""
-    values = (record.worker, record.index, record.kind, record.time, record.summary)
+    values = (record.worker, record.index, record.kind, when(record.time), record.summary)
     widths = (width for _, width in EVENT_COLUMNS)
     cells = [cell(v, w or 200).ljust(w) for v, w in zip(values, widths, strict=True)]
     return " ".join(cells).rstrip() + "\n"

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from agentworkers.api import WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.cli.parsers import EVENT_COLUMNS, UsageError
+from agentworkers.cli.parsers import EVENT_COLUMNS, TABLES, UsageError
 from agentworkers.cli.render import (
     collect_text,
     describe,
@@ -61,7 +61,7 @@ class Output:
 
         `empty` says there is nothing to show: like kubectl, on stderr, so stdout stays empty.
         """
-        if self.fmt != "table":
+        if self.fmt not in TABLES:
             self.stdout.write(dump(value, self.fmt))
         elif empty:
             self.note(empty)
@@ -227,7 +227,7 @@ def query(client: Client, args: argparse.Namespace, out: Output) -> int:
 def list_workers(client: Client, args: argparse.Namespace, out: Output) -> int:
     workers = client.list()
     empty = "" if workers else f"No workers found in namespace {client.namespace}."
-    out.show(workers, lambda: worker_rows(workers), empty)
+    out.show(workers, lambda: worker_rows(workers, wide=out.fmt == "wide"), empty)
     return 0
 
 
@@ -265,14 +265,14 @@ def collect(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 def events(client: Client, args: argparse.Namespace, out: Output) -> int:
     header = "".join(h.ljust(w) + " " for h, w in EVENT_COLUMNS).rstrip() + "\n"
-    if out.fmt == "table" and args.follow:  # at once: a follower sees it is listening
+    if out.fmt in TABLES and args.follow:  # at once: a follower sees it is listening
         out.stdout.write(header)
         out.stdout.flush()
     shown = 0
     for record in client.events(
         args.name, follow=args.follow, since=args.since, timeout=args.timeout
     ):
-        if out.fmt == "table":
+        if out.fmt in TABLES:
             out.stdout.write((header if not (shown or args.follow) else "") + event_row(record))
         elif out.fmt == "json":
             out.stdout.write(json_line(record))
@@ -280,7 +280,7 @@ def events(client: Client, args: argparse.Namespace, out: Output) -> int:
             out.stdout.write("---\n" + dump(record, "yaml"))
         out.stdout.flush()
         shown += 1
-    if not shown and out.fmt == "table" and not args.follow:
+    if not shown and out.fmt in TABLES and not args.follow:
         where = f"worker {args.name}" if args.name else f"namespace {client.namespace}"
         out.note(f"No events found in {where}.")
     return 0

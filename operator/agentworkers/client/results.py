@@ -162,7 +162,7 @@ class EventCursor:
     def advance(self, body: Mapping[str, Any]) -> list[EventRecord]:
         uid = body["metadata"].get("uid") or body["metadata"]["name"]
         last = self._seen.get(uid, self.since)
-        events = WorkerStatus.model_validate(body.get("status") or {}).events
+        events = WorkerStatus.model_validate(body.get("status") or {}).recent_events
         fresh = sorted((e for e in events if e.index > last), key=lambda e: e.index)
         if fresh:
             self._seen[uid] = fresh[-1].index
@@ -175,7 +175,7 @@ class EventCursor:
 
 def inspection(info: WorkerInfo, since: int = 0) -> Inspection:
     events = tuple(
-        sorted((e for e in info.status.events if e.index > since), key=lambda e: e.index)
+        sorted((e for e in info.status.recent_events if e.index > since), key=lambda e: e.index)
     )
     cursor = max([since, info.status.event_index or 0, *(e.index for e in events)])
     missed = events[0].index - since - 1 if events else cursor - since

@@ -11,7 +11,6 @@ forget them already (one handler fewer per event).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -21,7 +20,7 @@ import kopf
 from agentworkers import kube
 from agentworkers.api import GROUP, VERSION
 from agentworkers.api.names import FINALIZER, WORKER_LABEL
-from agentworkers.controller import kopf_settings, metrics, trim
+from agentworkers.controller import kopf_settings, metrics
 from agentworkers.controller.options import Options
 from agentworkers.kube.api import Api
 from agentworkers.kube.repository import Storage
@@ -62,8 +61,6 @@ def configure(
     api = Api(memo.api)
     memo.identity = api.whoami()
     logger.info("operating as %s", memo.identity)
-    memo.trim_stop = threading.Event()
-    trim.start(memo.trim_stop)
     memo.store = Store()
     memo.storage = Storage(api, memo.store)
     for plural in TRIM:
@@ -72,7 +69,6 @@ def configure(
 
 @kopf.on.cleanup()
 def close(memo: kopf.Memo, **_: Any) -> None:
-    memo.trim_stop.set()
     if "certificate_watch" in memo:
         memo.certificate_watch.stop()
     memo.api.close()

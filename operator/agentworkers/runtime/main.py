@@ -81,7 +81,7 @@ class Reporter:
             fields, self.pending = self.pending, {}
         if self.bus.last_index > self.sent_index:
             events = self.bus.recent(0, RING)
-            fields["events"] = [
+            fields["recentEvents"] = [
                 WorkerEvent(
                     index=e.index, kind=e.kind.value, time=e.time, summary=e.summary()
                 ).wire()
@@ -138,7 +138,7 @@ class KubeWorkerOps:
 
     def inspect(self, name: str, since: int) -> dict[str, Any]:
         info = _once_granted(lambda: self.client.get(name))
-        events = [e.wire() for e in info.status.events if e.index > since]
+        events = [e.wire() for e in info.status.recent_events if e.index > since]
         return {
             "name": name,
             "phase": info.status.phase,

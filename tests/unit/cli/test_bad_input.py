@@ -21,6 +21,7 @@ VERBS = [
     ["profiles", "show"],
     ["profiles", "diff"],
     ["revisions"],
+    ["logs"],
     ["operator"],
     ["run"],
     [],

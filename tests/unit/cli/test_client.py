@@ -35,7 +35,7 @@ CONFIG = AgentConfigSpec.model_validate(
 
 def body(name: str, *indices: int, uid: str = "", event_index: int | None = None) -> dict[str, Any]:
     events = [{"index": i, "kind": "thought", "time": "2030-01-01T00:00:00Z"} for i in indices]
-    status: dict[str, Any] = {"events": events}
+    status: dict[str, Any] = {"recentEvents": events}
     if event_index is not None:
         status["eventIndex"] = event_index
     return {

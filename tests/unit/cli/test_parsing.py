@@ -180,3 +180,22 @@ def test_help_loads_neither_the_client_nor_the_models() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += _parsers(sub)
+    return found
+
+
+def test_every_flag_says_what_it_does() -> None:
+    missing = [
+        f"{parser.prog} {'/'.join(action.option_strings)}"
+        for parser in _parsers(cli.build_parser())
+        for action in parser._actions
+        if action.option_strings and not action.help and parser.prog != "agentworkers run"
+    ]
+    assert not missing, missing

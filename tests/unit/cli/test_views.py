@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from agentworkers.api import WorkerSpec, WorkerStatus
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.cli.render import (
@@ -14,6 +16,8 @@ from agentworkers.cli.render import (
     explanation_text,
     inspection_text,
     revisions_text,
+    when,
+    worker_rows,
 )
 from agentworkers.cli.verbs import Output, Waiting
 from agentworkers.client import (
@@ -48,7 +52,7 @@ def test_inspect_describes_the_worker_then_its_events() -> None:
         WorkerEvent(index=i, kind="tool_call", time="2030-01-01T00:00:00Z", summary=f"call {i}")
         for i in (4, 5)
     ]
-    text = inspection_text(inspection(worker(events=events, eventIndex=5), since=1), since=1)
+    text = inspection_text(inspection(worker(recentEvents=events, eventIndex=5), since=1), since=1)
     assert "Phase:       Running\n" in text
     assert "Queries:     1 (0 delivered)\n" in text
     assert "Events (after 1, next --since 5, 2 no longer kept):\n" in text
@@ -124,3 +128,23 @@ def test_progress_off_a_terminal_is_one_line_per_change() -> None:
         "collect w1: Pending",
         "collect w1: Running (pod running)",
     ]
+
+
+def test_list_wide_adds_the_pod_the_revision_and_the_start() -> None:
+    running = worker("Running", pod="w1", revision="planner-r1", startedAt="2030-01-01T00:00:00Z")
+    narrow, wide = worker_rows([running]), worker_rows([running], wide=True)
+    assert narrow.split()[:7] == ["NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST", "EVENT"]
+    assert "REVISION" not in narrow
+    assert wide.splitlines()[0].split()[-3:] == ["POD", "REVISION", "STARTED"]
+    assert wide.splitlines()[1].split()[-3:] == ["w1", "planner-r1", "2030-01-01T00:00:00Z"]
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["2030-01-01T00:00:00Z", "2030-01-01T00:00:00.123Z", "2030-01-01T00:00:00+00:00",
+     "2030-01-01T01:00:00.5+01:00"],
+)  # fmt: skip
+def test_one_time_format_everywhere(stamp: str) -> None:
+    assert when(stamp) == "2030-01-01T00:00:00Z"
+    row = event_row(EventRecord("w1", 7, "thought", stamp, "hmm"))
+    assert "2030-01-01T00:00:00Z " in row

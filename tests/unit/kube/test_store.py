@@ -26,7 +26,12 @@ def worker(name: str, rv: str, parent: str | None = None, **status: Any) -> dict
             },
         },
         "spec": spec,
-        "status": {"phase": "Running", "events": [{"index": 1}], "output": "x" * 1000, **status},
+        "status": {
+            "phase": "Running",
+            "recentEvents": [{"index": 1}],
+            "output": "x" * 1000,
+            **status,
+        },
     }
 
 
