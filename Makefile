@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist bench clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist plugin bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -26,9 +26,10 @@ test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local 
 
 # The Go-built tools, cached: built up front so that a cold build (minutes) is not
 # charged to the first test that needs it.
-tools: ## build the Go-built tools (control plane, kwok, helm) into the user cache
+tools: ## build the Go-built tools (control plane, kwok, helm, krew) into the user cache
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
+	bash hack/build-krew.sh >/dev/null
 
 unit: $(BIN)/.installed ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit
@@ -78,6 +79,9 @@ cluster-status: $(BIN)/.installed ## is the local control plane up, and where
 
 dist: $(BIN)/.installed ## build the wheel (dist/): pipx install dist/agentworkers-*.whl
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+
+plugin: $(BIN)/.installed ## pack the kubectl plugin for krew (dist/plugin/: archive and manifest)
+	$(BIN)/python hack/build-plugin.py
 
 bench: $(BIN)/.installed ## run the benchmarks
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

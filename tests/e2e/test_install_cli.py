@@ -54,3 +54,30 @@ def test_the_wheel_runs_as_kubectl_workers(
         env=env, cwd=elsewhere,
     )  # fmt: skip
     assert where.startswith(str(venv)), where
+
+
+def test_the_krew_plugin_installs_and_runs(
+    cluster: Cluster, namespace: str, planner: dict[str, Any], tmp_path: Path
+) -> None:
+    """What `make plugin` packs, installed by krew from its manifest and archive."""
+    assert cluster.bin_dir is not None
+    krew = run("bash", str(REPO / "hack" / "build-krew.sh")).strip().splitlines()[-1]
+    made = run(sys.executable, str(REPO / "hack" / "build-plugin.py")).split()
+    manifest, archive = made[-2], made[-1]
+    root = tmp_path / "krew"
+    python = Path(sys.executable).resolve().parent  # the Python the plugin was packed for
+    env = {
+        **cluster.env,
+        "KREW_ROOT": str(root),
+        "SHIV_ROOT": str(tmp_path / "shiv"),
+        "PATH": f"{root / 'bin'}:{cluster.bin_dir}:{python}:/usr/bin:/bin",
+    }
+    env.pop("PYTHONPATH", None)
+    run(f"{krew}/krew", "install", f"--manifest={manifest}", f"--archive={archive}", env=env)
+    assert (root / "bin" / "kubectl-workers").exists()
+    version = run("kubectl", "workers", "--version", env=env, cwd=tmp_path)
+    assert version.startswith("kubectl workers ")
+    spawned = run(
+        "kubectl", "workers", "-n", namespace, "spawn", "w2", "-m", "hello", env=env, cwd=tmp_path
+    )
+    assert spawned == "worker/w2 spawned\n"
