@@ -4,9 +4,11 @@ Every error carries a machine-readable ``reason`` (the CamelCase word a conditio
 Event or an admission refusal uses), the ``field`` it concerns (empty when no single
 field) and the ``rule`` it broke, in words; ``str(error)`` is ``"<field>: <rule>"``.
 
-The profile rules are the virtualagent port's, and its ``VirtualAgentError`` has the same
+A `RuleError` is a refusal: the input breaks a rule, and trying again will not help. The
+profile rules are the virtualagent port's, and its ``VirtualAgentError`` has the same
 three attributes; the port stays unchanged, so the edges that report a refusal (admission,
-conditions, Events, the client) take either: `REFUSALS` is what they catch.
+conditions, Events) take either: `REFUSALS` is what they catch. An `ApiError` is not a
+refusal: the reconcile that meets one is retried.
 """
 
 from __future__ import annotations
@@ -41,15 +43,20 @@ def _rebuild(cls: type[AgentWorkersError], message: str, state: dict[str, object
     return error
 
 
-# What an edge reports as a refusal: ours, or the port's profile rules.
-REFUSALS = (AgentWorkersError, VirtualAgentError)
-Refusal = AgentWorkersError | VirtualAgentError
+class RuleError(AgentWorkersError):
+    """A rule refused the input: the write is refused, or the run fails, with the reason.
+    Never retried (unlike an ApiError: the API server's trouble passes)."""
+
+
+# What an edge reports as a refusal: a rule of ours, or the port's profile rules.
+REFUSALS = (RuleError, VirtualAgentError)
+Refusal = RuleError | VirtualAgentError
 
 
 # --- refusals of the operator (admission and handlers alike) --------------------------
 
 
-class InvalidSpecError(AgentWorkersError):
+class InvalidSpecError(RuleError):
     """A spec that does not even decode: a wrong type or an unknown field."""
 
     reason = "InvalidSpec"
@@ -61,49 +68,49 @@ class NotFoundError(AgentWorkersError, LookupError):
     reason = "NotFound"
 
 
-class UnknownWorkerError(NotFoundError):
+class UnknownWorkerError(NotFoundError, RuleError):
     """No worker by that name (a parent, an ancestor, a client's target)."""
 
     reason = "UnknownWorker"
 
 
-class WorkerFinishedError(AgentWorkersError):
+class WorkerFinishedError(RuleError):
     """The run has ended; it takes no more queries."""
 
     reason = "WorkerFinished"
 
 
-class NotYourChildError(AgentWorkersError):
+class NotYourChildError(RuleError):
     """A runtime wrote a Worker that is neither itself nor one of its children."""
 
     reason = "NotYourChild"
 
 
-class SecretNotAllowedError(AgentWorkersError):
+class SecretNotAllowedError(RuleError):
     """A Worker names an API-key Secret its AgentConfig does not allow."""
 
     reason = "SecretNotAllowed"
 
 
-class TooManyProfilesError(AgentWorkersError):
+class TooManyProfilesError(RuleError):
     """A standalone profile that came after the agent's map was full."""
 
     reason = "TooManyProfiles"
 
 
-class DuplicateKeyError(AgentWorkersError):
+class DuplicateKeyError(RuleError):
     """A standalone profile whose key an older standalone profile already declares."""
 
     reason = "DuplicateKey"
 
 
-class ForeignRevisionError(AgentWorkersError):
+class ForeignRevisionError(RuleError):
     """Somebody other than the operator wrote an AgentConfigRevision."""
 
     reason = "RevisionWriteRefused"
 
 
-class RunFailedError(AgentWorkersError):
+class RunFailedError(RuleError):
     """A run that cannot go on; `reason` is the condition's (PodLost, PodConflict, ...)."""
 
     reason = "RunFailed"

@@ -477,3 +477,32 @@ def test_a_revision_a_live_worker_pins_outlives_the_history_limit(
     cluster.apply(namespace, edited)
     _wait_revision(cluster, namespace, 4)
     wait_until("only the active revision to remain", lambda: revisions() == ["planner-r4"])
+
+
+def test_a_kill_reaches_the_whole_tree(
+    cluster: Cluster, namespace: str, planner: dict[str, Any], client: Client
+) -> None:
+    _running_parent(cluster, namespace, "root")
+    cluster.apply(namespace, _worker("child", parent="root", initialMessage="help"))
+    _phase(cluster, namespace, "child", "Running")
+    cluster.apply(namespace, _worker("grandchild", parent="child", initialMessage="help more"))
+    _phase(cluster, namespace, "grandchild", "Running")
+
+    client.kill("root", reason="over budget", by="alice")
+    for name, reason in (
+        ("root", "over budget"),
+        ("child", "parent killed: over budget"),
+        ("grandchild", "parent killed: over budget"),
+    ):
+        status = _phase(cluster, namespace, name, "Killed")
+        assert status["error"] == reason, name
+        wait_until(f"{name}'s pod to go", lambda n=name: _pod(cluster, namespace, n) is None)  # type: ignore[misc]
+    events = cluster.kubectl_json(
+        "get", "events", "-n", namespace, "--field-selector", "reason=Killed"
+    )["items"]
+    said = sorted((e["involvedObject"]["name"], e["message"]) for e in events)
+    assert said == [
+        ("child", "killed by root: parent killed: over budget"),
+        ("grandchild", "killed by child: parent killed: over budget"),
+        ("root", "killed by alice: over budget"),
+    ]

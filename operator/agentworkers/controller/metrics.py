@@ -44,7 +44,9 @@ PIN_FAILURES = Counter(
     "Run starts refused by the binding check, by reason.",
     ["reason"],
 )
-KILLS = Counter("agentworkers_kills_total", "Runs killed, by how (spec.kill or deletion).", ["via"])
+KILLS = Counter(
+    "agentworkers_kills_total", "Runs killed, by how (spec.kill, parent, deletion).", ["via"]
+)
 RUN_FAILURES = Counter(
     "agentworkers_run_failures_total", "Runs that ended Failed, by reason.", ["reason"]
 )

@@ -55,6 +55,8 @@ def _step(storage: Repository, worker: Worker) -> None:
     if worker.spec.kill is not None:
         kill(storage, worker)
         return
+    if worker.spec.parent and _parent_killed(storage, worker):
+        return
     config_body = storage.get("agentconfigs", worker.namespace, worker.spec.agent)
     if config_body is None:
         worker.wait(
@@ -150,6 +152,9 @@ def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
     operator decided have said so already (Ready is False then)."""
+    if worker.status.phase == "Killed":
+        # Its runs below go with it; a pass cut short by an API error resumes here.
+        _stop_descendants(storage, worker, worker.status.error or "killed")
     ready = next((c for c in worker.status.conditions if c.type == reasons.READY), None)
     if ready is not None and ready.status == "False":
         return
@@ -165,22 +170,65 @@ def _ended(storage: Repository, worker: Worker) -> None:
 
 
 def kill(storage: Repository, worker: Worker) -> None:
-    """Stop the run: a target condition, the pod gone, then Killed and one Event."""
+    """Stop the run (spec.kill), then every live run below it."""
     assert worker.spec.kill is not None
-    who = f" by {worker.spec.kill.by}" if worker.spec.kill.by else ""
-    message = f"killed{who}: {worker.spec.kill.reason}"
+    _stop(storage, worker, worker.spec.kill.reason, worker.spec.kill.by)
+    metrics.KILLS.labels(via="spec").inc()
+    _stop_descendants(storage, worker, worker.spec.kill.reason)
+
+
+def _stop(storage: Repository, worker: Worker, reason: str, by: str | None) -> None:
+    """A target condition, the pod gone, then Killed and one Event."""
+    who = f" by {by}" if by else ""
+    message = f"killed{who}: {reason}"
     worker.condition(reasons.KILLED, "Unknown", reasons.KILLING, message)
     worker.save(storage, worker.body.get("status") or {})
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is not None and owned_by(pod, worker.body["metadata"]["uid"]):
         # Only this run's pod, and only the one we saw (a precondition on its uid).
         storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
-    worker.update(phase="Killed", error=worker.spec.kill.reason, last_event=message)
+    worker.update(phase="Killed", error=reason, last_event=message)
     worker.condition(reasons.KILLED, "True", reasons.KILLED, message)
     worker.condition(reasons.READY, "False", reasons.KILLED, message)
-    metrics.KILLS.labels(via="spec").inc()
     log.info("%s", message, extra=_ref(worker))
     storage.post_event(worker.body, "Warning", reasons.KILLED, message)
+
+
+def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
+    """A killed run's children go with it, each with the reason `parent killed: <reason>`
+    and one Event, before the garbage collector removes them (its pods would otherwise
+    run on until then). Their specs stay as their spawner wrote them."""
+    cause = reason if reason.startswith("parent killed: ") else f"parent killed: {reason}"
+    for name in storage.children(worker.namespace, worker.name):
+        body = storage.get("workers", worker.namespace, name)
+        if body is None:
+            continue
+        try:
+            child = load(body)
+        except REFUSALS:
+            continue  # a spec that does not decode has failed already, with no pod
+        if child.status.phase in TERMINAL_PHASES:
+            continue
+        before = body.get("status") or {}
+        _stop(storage, child, cause, worker.name)
+        metrics.KILLS.labels(via="parent").inc()
+        child.save(storage, before)
+        _stop_descendants(storage, child, cause)
+
+
+def _parent_killed(storage: Repository, worker: Worker) -> bool:
+    """A run whose parent was killed stops too (a child spawned while its parent was being
+    killed, or a kill that a restart cut short). True when it did."""
+    parent = storage.get("workers", worker.namespace, worker.spec.parent or "")
+    status = (parent or {}).get("status") or {}
+    if status.get("phase") != "Killed":
+        return False
+    cause = status.get("error") or "killed"
+    cause = cause if cause.startswith("parent killed: ") else f"parent killed: {cause}"
+    _stop(storage, worker, cause, worker.spec.parent)
+    metrics.KILLS.labels(via="parent").inc()
+    _stop_descendants(storage, worker, cause)
+    return True
 
 
 def _ref(worker: Worker) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import yaml
 
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
+from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -349,3 +350,61 @@ def test_a_stale_write_is_retried_not_forced() -> None:
     with pytest.raises(Exception, match="Conflict"):
         workers.reconcile(memory, "ns", "w")
     assert memory.find("workers", "w")["status"] == {"lastEvent": "from the runtime"}  # type: ignore[index]
+
+
+def test_a_kill_reaches_the_whole_tree_once() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "root")
+    started(memory, "child", parent="root")
+    started(memory, "grandchild", parent="child")
+    started(memory, "done", parent="root")
+    memory.objects[("workers", "ns", "done")]["status"]["phase"] = "Done"
+    memory.objects[("workers", "ns", "root")]["spec"]["kill"] = {"reason": "over budget"}
+    reconcile(memory, "root")
+    reconcile(memory, "root")  # and again: nothing twice
+    for name, reason in (
+        ("root", "over budget"),
+        ("child", "parent killed: over budget"),
+        ("grandchild", "parent killed: over budget"),
+    ):
+        status = memory.find("workers", name)["status"]  # type: ignore[index]
+        assert (status["phase"], status["error"]) == ("Killed", reason), name
+        assert memory.find("pods", name) is None, name
+        assert memory.reasons(name) == ["Killed"], name
+    assert memory.find("workers", "done")["status"]["phase"] == "Done"  # type: ignore[index]
+    assert memory.find("pods", "done") is not None
+
+
+def test_a_child_of_a_killed_run_stops_when_it_is_next_reconciled() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "root")
+    started(memory, "late", parent="root")
+    root = memory.objects[("workers", "ns", "root")]
+    root["status"] = {**root["status"], "phase": "Killed", "error": "enough"}
+    assert reconcile(memory, "late") == "done"
+    status = memory.find("workers", "late")["status"]  # type: ignore[index]
+    assert (status["phase"], status["error"]) == ("Killed", "parent killed: enough")
+    assert memory.find("pods", "late") is None
+
+
+def test_the_api_server_s_trouble_is_retried_not_a_failed_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ApiError is not a refusal: the pass gives up (its Requeue retries), the run waits."""
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+
+    def unavailable(*_: Any) -> None:
+        raise ApiError("503 Service Unavailable: etcd leader changed", 503)
+
+    monkeypatch.setattr(memory, "create_pod", unavailable)
+    with pytest.raises(ApiError):
+        workers.reconcile(memory, "ns", "w")
+    status = memory.find("workers", "w").get("status") or {}  # type: ignore[union-attr]
+    assert status.get("phase") != "Failed" and not memory.reasons("w")
+    monkeypatch.undo()
+    assert reconcile(memory, "w") == "done"
+    assert memory.find("pods", "w") is not None
