@@ -217,13 +217,18 @@ def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
 
 
 def _parent_killed(storage: Repository, worker: Worker) -> bool:
-    """A run whose parent was killed stops too (a child spawned while its parent was being
-    killed, or a kill that a restart cut short). True when it did."""
-    parent = storage.get("workers", worker.namespace, worker.spec.parent or "")
-    status = (parent or {}).get("status") or {}
-    if status.get("phase") != "Killed":
+    """A run whose parent is killed, or asked to be, stops too: a child spawned while its
+    parent was being killed, a child whose pod the cascade already removed, a cascade that
+    a restart or an API error cut short. True when it did."""
+    parent = storage.get("workers", worker.namespace, worker.spec.parent or "") or {}
+    status = parent.get("status") or {}
+    asked = (parent.get("spec") or {}).get("kill") or {}
+    if status.get("phase") == "Killed":
+        cause = status.get("error") or "killed"
+    elif asked:
+        cause = asked.get("reason") or "killed"
+    else:
         return False
-    cause = status.get("error") or "killed"
     cause = cause if cause.startswith("parent killed: ") else f"parent killed: {cause}"
     _stop(storage, worker, cause, worker.spec.parent)
     metrics.KILLS.labels(via="parent").inc()

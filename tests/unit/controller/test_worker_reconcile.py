@@ -408,3 +408,18 @@ def test_the_api_server_s_trouble_is_retried_not_a_failed_run(
     monkeypatch.undo()
     assert reconcile(memory, "w") == "done"
     assert memory.find("pods", "w") is not None
+
+
+def test_a_child_whose_pod_the_cascade_removed_is_killed_not_lost() -> None:
+    """The parent is asked to stop and the cascade has deleted the child's pod, but its
+    status write lost a race with the child's runtime: the child's own pass says Killed."""
+    memory = Memory()
+    planner(memory)
+    started(memory, "root")
+    started(memory, "child", parent="root")
+    memory.objects[("workers", "ns", "root")]["spec"]["kill"] = {"reason": "stop"}
+    memory.objects.pop(("pods", "ns", "child"))
+    assert reconcile(memory, "child") == "done"
+    status = memory.find("workers", "child")["status"]  # type: ignore[index]
+    assert (status["phase"], status["error"]) == ("Killed", "parent killed: stop")
+    assert memory.reasons("child") == ["Killed"]
