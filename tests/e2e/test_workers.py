@@ -506,3 +506,9 @@ def test_a_kill_reaches_the_whole_tree(
         ("grandchild", "killed by child: parent killed: over budget"),
         ("root", "killed by alice: over budget"),
     ]
+    tree = client.tree("root")
+    assert [(n.worker.name, n.worker.phase) for n in (tree, *tree.children)] == [
+        ("root", "Killed"),
+        ("child", "Killed"),
+    ]
+    assert [n.worker.name for n in tree.children[0].children] == ["grandchild"]

@@ -330,6 +330,16 @@ def add_verbs(sub: Any, root: str) -> None:
     event_flags(p)
 
     p = verb(
+        "tree",
+        "tree",
+        "draw a worker's spawn tree: every worker below it, with phase, profile and reason",
+        ["lead", "lead -o json"],
+        "Children are the workers whose spec.parent names their parent, oldest first; "
+        "a failed or killed one shows why, a waiting one what it waits for.",
+    )
+    p.add_argument("name", metavar="NAME", help="the root of the tree")
+
+    p = verb(
         "explain",
         "explain",
         "show a worker's effective config and the layer behind each field",

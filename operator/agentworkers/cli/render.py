@@ -24,6 +24,7 @@ from agentworkers.client import (
     ProfileDiff,
     ProfileSet,
     RevisionInfo,
+    TreeNode,
     WorkerInfo,
     revision_ref,
 )
@@ -78,9 +79,15 @@ def cell(value: Any, width: int = CELL_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """Columns as kubectl lays them out: upper-case headers, left-aligned, three spaces apart."""
-    cells = [[h.upper() for h in headers], *([cell(v) for v in row] for row in rows)]
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], verbatim: Sequence[int] = ()
+) -> str:
+    """Columns as kubectl lays them out: upper-case headers, left-aligned, three spaces apart.
+    Cells are one line each; the `verbatim` columns keep their spacing (a tree's indent)."""
+    cells = [
+        [h.upper() for h in headers],
+        *([str(v) if i in verbatim else cell(v) for i, v in enumerate(row)] for row in rows),
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = (COLUMN_GAP.join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
     return "".join(line.rstrip() + "\n" for line in lines)
@@ -153,6 +160,23 @@ def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
             for w in workers
         ),
     )
+
+
+def tree_text(root: TreeNode) -> str:
+    """The spawn tree, as kubectl tree draws an owner tree: one row a worker."""
+    rows: list[tuple[Any, ...]] = []
+
+    def walk(node: TreeNode, lead: str, branch: str) -> None:
+        w = node.worker
+        why = w.status.error if w.phase in ("Failed", "Killed") else w.waiting
+        rows.append((lead + branch + w.name, w.phase, w.spec.profile, age(w.created), why))
+        for i, child in enumerate(node.children):
+            last = i == len(node.children) - 1
+            below = lead + ("    " if branch in ("", "└── ") else "│   ")
+            walk(child, below if branch else "", "└── " if last else "├── ")
+
+    walk(root, "", "")
+    return table(("NAME", "PHASE", "PROFILE", "AGE", "REASON"), rows, verbatim=(0,))
 
 
 def inspection_text(found: Inspection, since: int) -> str:

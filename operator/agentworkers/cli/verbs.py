@@ -32,6 +32,7 @@ from agentworkers.cli.render import (
     json_line,
     profiles_text,
     revisions_text,
+    tree_text,
     worker_rows,
 )
 from agentworkers.client import (
@@ -228,6 +229,12 @@ def list_workers(client: Client, args: argparse.Namespace, out: Output) -> int:
     workers = client.list()
     empty = "" if workers else f"No workers found in namespace {client.namespace}."
     out.show(workers, lambda: worker_rows(workers, wide=out.fmt == "wide"), empty)
+    return 0
+
+
+def tree(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.tree(args.name)
+    out.show(found, lambda: tree_text(found))
     return 0
 
 

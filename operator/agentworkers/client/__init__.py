@@ -34,11 +34,13 @@ from agentworkers.client.results import (
     ProfileDiff,
     ProfileSet,
     RevisionInfo,
+    TreeNode,
     WorkerInfo,
     diff_profiles,
     explain_fields,
     inspection,
     revision_ref,
+    spawn_tree,
 )
 from agentworkers.client.sync import DEFAULT_COLLECT_TIMEOUT, Client
 
@@ -62,6 +64,7 @@ __all__ = [
     "ProfileDiff",
     "ProfileSet",
     "RevisionInfo",
+    "TreeNode",
     "UnknownWorkerError",
     "WaitTimeoutError",
     "WorkerFinishedError",
@@ -71,4 +74,5 @@ __all__ = [
     "explain_fields",
     "inspection",
     "revision_ref",
+    "spawn_tree",
 ]

@@ -63,6 +63,7 @@ class AsyncClient:
     wait = _in_thread(Client.wait)
     collect = _in_thread(Client.collect)
     explain = _in_thread(Client.explain)
+    tree = _in_thread(Client.tree)
     agents = _in_thread(Client.agents)
     revisions = _in_thread(Client.revisions)
     revision = _in_thread(Client.revision)

@@ -3,7 +3,7 @@ and the pure helpers that make them (unit-tested without a cluster)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -145,7 +145,30 @@ class ProfileDiff:
     changes: tuple[ProfileChange, ...]
 
 
+@dataclass(frozen=True)
+class TreeNode:
+    """A worker and the workers it spawned (spec.parent), as `tree` shows them."""
+
+    worker: WorkerInfo
+    children: tuple[TreeNode, ...] = ()
+
+
 # --- pure helpers --------------------------------------------------------------------
+
+
+def spawn_tree(workers: Iterable[WorkerInfo], root: str) -> TreeNode | None:
+    """The tree below `root` from a flat list (children oldest first); None: no such worker."""
+    by_name = {w.name: w for w in workers}
+    children: dict[str, list[WorkerInfo]] = {}
+    for w in by_name.values():
+        if w.spec.parent:
+            children.setdefault(w.spec.parent, []).append(w)
+
+    def node(info: WorkerInfo, seen: frozenset[str]) -> TreeNode:
+        below = sorted(children.get(info.name, ()), key=lambda w: (w.started, w.name))
+        return TreeNode(info, tuple(node(c, seen | {c.name}) for c in below if c.name not in seen))
+
+    return node(by_name[root], frozenset({root})) if root in by_name else None
 
 
 class EventCursor:

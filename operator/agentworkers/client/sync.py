@@ -41,8 +41,10 @@ from agentworkers.client.results import (
     EventCursor,
     EventRecord,
     Inspection,
+    TreeNode,
     WorkerInfo,
     inspection,
+    spawn_tree,
 )
 from agentworkers.kube.api import JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
@@ -129,6 +131,13 @@ class Client(ConfigReads):
         """Every worker, oldest first (start time, then name): a stable order to page through."""
         infos = [WorkerInfo.from_body(b) for b in self._items(PLURAL)]
         return sorted(infos, key=lambda w: (w.started, w.name))
+
+    def tree(self, name: str) -> TreeNode:
+        """The worker and every worker below it (spec.parent), from one listing."""
+        found = spawn_tree(self.list(), name)
+        if found is None:
+            raise self._unknown(name)
+        return found
 
     def query(self, name: str, message: str) -> WorkerInfo:
         """Append a message to spec.queries; the operator refuses one to a finished worker."""

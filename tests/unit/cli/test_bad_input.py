@@ -22,6 +22,7 @@ VERBS = [
     ["profiles", "diff"],
     ["revisions"],
     ["logs"],
+    ["tree"],
     ["operator"],
     ["run"],
     [],

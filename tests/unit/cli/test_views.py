@@ -16,6 +16,7 @@ from agentworkers.cli.render import (
     explanation_text,
     inspection_text,
     revisions_text,
+    tree_text,
     when,
     worker_rows,
 )
@@ -31,6 +32,7 @@ from agentworkers.client import (
     RevisionInfo,
     WorkerInfo,
     inspection,
+    spawn_tree,
 )
 
 
@@ -148,3 +150,39 @@ def test_one_time_format_everywhere(stamp: str) -> None:
     assert when(stamp) == "2030-01-01T00:00:00Z"
     row = event_row(EventRecord("w1", 7, "thought", stamp, "hmm"))
     assert "2030-01-01T00:00:00Z " in row
+
+
+def _info(
+    name: str, parent: str | None = None, phase: str = "Running", **status: object
+) -> WorkerInfo:
+    return WorkerInfo(
+        name=name,
+        spec=WorkerSpec(agent="planner", parent=parent),
+        status=WorkerStatus.model_validate({"phase": phase, **status}),
+        created="2030-01-01T00:00:00Z",
+    )
+
+
+def test_a_spawn_tree_is_drawn_like_kubectl_tree() -> None:
+    workers = [
+        _info("lead"),
+        _info("review", "lead", "Killed", error="parent killed: over budget"),
+        _info("research", "lead"),
+        _info("deep", "research", "Pending"),
+        _info("other"),  # another tree: not drawn
+    ]
+    found = spawn_tree(workers, "lead")
+    assert found is not None
+    rows = tree_text(found).splitlines()
+    names = [r[: r.index(" ", r.rindex("─ ") + 2 if "─ " in r else 0)] for r in rows[1:]]
+    assert names == ["lead", "├── research", "│   └── deep", "└── review"]
+    assert rows[-1].split()[-4:] == ["parent", "killed:", "over", "budget"]
+    assert spawn_tree(workers, "nobody") is None
+
+
+def test_a_parent_loop_does_not_draw_forever() -> None:
+    workers = [_info("a", "b"), _info("b", "a")]
+    found = spawn_tree(workers, "a")
+    assert found is not None
+    assert [c.worker.name for c in found.children] == ["b"]
+    assert found.children[0].children == ()
