@@ -27,6 +27,8 @@ from agentworkers.kube.repository import Repository
 
 log = logging.getLogger(__name__)
 
+PARENT_KILLED = "parent killed: "
+
 
 def reconcile(storage: Repository, namespace: str, name: str) -> None:
     """One pass over a Worker. Its `Requeue` never runs two passes of one Worker at once."""
@@ -198,7 +200,7 @@ def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
     """A killed run's children go with it, each with the reason `parent killed: <reason>`
     and one Event, before the garbage collector removes them (its pods would otherwise
     run on until then). Their specs stay as their spawner wrote them."""
-    cause = reason if reason.startswith("parent killed: ") else f"parent killed: {reason}"
+    cause = _from_parent(reason)
     for name in storage.children(worker.namespace, worker.name):
         body = storage.get("workers", worker.namespace, name)
         if body is None:
@@ -216,6 +218,11 @@ def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
         _stop_descendants(storage, child, cause)
 
 
+def _from_parent(reason: str) -> str:
+    """A descendant's kill reason: the root's, said once however deep the tree."""
+    return reason if reason.startswith(PARENT_KILLED) else PARENT_KILLED + reason
+
+
 def _parent_killed(storage: Repository, worker: Worker) -> bool:
     """A run whose parent is killed, or asked to be, stops too: a child spawned while its
     parent was being killed, a child whose pod the cascade already removed, a cascade that
@@ -229,7 +236,7 @@ def _parent_killed(storage: Repository, worker: Worker) -> bool:
         cause = asked.get("reason") or "killed"
     else:
         return False
-    cause = cause if cause.startswith("parent killed: ") else f"parent killed: {cause}"
+    cause = _from_parent(cause)
     _stop(storage, worker, cause, worker.spec.parent)
     metrics.KILLS.labels(via="parent").inc()
     _stop_descendants(storage, worker, cause)

@@ -8,7 +8,7 @@ in-memory one (`tests/unit/controller/memory.py`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentworkers.api import AgentConfigRevisionSpec
@@ -88,11 +88,10 @@ class Storage:
 
     api: Api
     store: Store | None = None
-    events: Recorder | None = None
+    events: Recorder = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.events is None:
-            self.events = Recorder(self.api)
+        self.events = Recorder(self.api)
 
     def _remember(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.store is not None and body:
@@ -238,7 +237,6 @@ class Storage:
 
     def post_event(self, body: Body, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on `body` (best effort, once: see `Recorder`)."""
-        assert self.events is not None
         self.events.post(body, type_, reason, message)
 
     # --- workers and their pods ------------------------------------------
