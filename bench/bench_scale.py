@@ -181,9 +181,10 @@ def control_plane() -> dict[str, int]:
     }
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory now, or at its peak with `field="VmHWM"`."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -262,6 +263,7 @@ class Phase:
     review_p99: float = float("nan")
     settled_rss: float = float("nan")
     rss: float = float("nan")
+    peak_rss: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -369,6 +371,7 @@ class Bench:
             ),
             missing=count - len(latencies),
             rss=rss_mib(self.pids["operator"]),
+            peak_rss=rss_mib(self.pids["operator"], "VmHWM"),
             review_p99=bucket_quantile(
                 review_buckets(before_r),
                 review_buckets(self.answering.metrics().splitlines()),
@@ -411,7 +414,7 @@ class Bench:
             f"   create call p99 {pct(p.calls, 0.99) * 1000:.0f} ms; "
             f"admission webhook p99 {p.admission_p99 * 1000:.0f} ms "
             f"(answering it, in the operator: p99 {p.review_p99 * 1000:.1f} ms); "
-            f"operator RSS {p.rss:.0f} MiB"
+            f"operator RSS {p.rss:.0f} MiB (peak {p.peak_rss:.0f})"
         )
         for note in p.notes:
             print(f"   {note}")

@@ -3,14 +3,17 @@
 kopf retries its create/update/resume handlers, but not `on.event` ones, which drive
 Workers and profile changes. A `Requeue` gives every reconcile of a kind these rules:
 
+* **Passes run on the queue's own threads.** Asking for one (`attempt`) returns at once,
+  so kopf's handlers can be `async` and hand each event over as it arrives; the queue
+  holds keys, never bodies (a pass reads the store).
 * **One pass per object at a time.** A pass asked for while one runs is not run beside
-  it, nor does it wait: it marks the object, and the running pass goes once more when it
-  ends. A burst of events for one object costs at most one more pass, and no handler
-  thread blocks on another's lock.
+  it: the object goes back on the queue when the running pass ends. An object waiting in
+  the queue is there once, however many events asked for it.
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
   AgentConfig), runs the object again later, one pending retry per object, the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
-  thread keeps every pending retry (a heap), not a timer thread each.
+  thread keeps every pending retry (a heap), not a timer thread each. Any other error is a
+  bug: it is logged with its traceback and counted, and the queue goes on.
 * Nothing is kept for an object once its pass has ended well.
 """
 
@@ -20,6 +23,7 @@ import heapq
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 import kopf
@@ -41,58 +45,79 @@ def trouble(e: ApiError) -> str:
 
 
 class Requeue:
-    """Passes of `reconcile(namespace, name)` for one kind: serialised per object, retried."""
+    """Passes of `reconcile(namespace, name)` for one kind, on `threads` threads of its
+    own: serialised per object, retried."""
 
-    def __init__(self, kind: str, handler: str, reconcile: Callable[[str, str], None]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        handler: str,
+        reconcile: Callable[[str, str], None],
+        *,
+        threads: int = 1,
+    ) -> None:
         self.kind = kind
         self._handler = handler  # the metric's label
         self._reconcile = reconcile
-        self._lock = threading.Condition()
-        # Objects with a pass running -> whether another pass was asked for meanwhile.
-        self._running: dict[Key, bool] = {}
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # a key was queued, or stop
+        self._timer = threading.Condition(self._lock)  # a retry was scheduled, or stop
+        self._queue: deque[Key] = deque()
+        self._dirty: set[Key] = set()  # asked for and not yet taken by a pass
+        self._running: set[Key] = set()
         self._failures: dict[Key, int] = {}
         # Pending retries: a heap of (due, key) and each key's due time.
         self._heap: list[tuple[float, Key]] = []
         self._due: dict[Key, float] = {}
         self._stopped = False
-        self._thread = threading.Thread(
-            target=self._retry_loop, name=f"requeue-{handler}", daemon=True
-        )
-        self._thread.start()
+        for i in range(threads):
+            threading.Thread(target=self._work_loop, name=f"{handler}-{i}", daemon=True).start()
+        threading.Thread(target=self._retry_loop, name=f"requeue-{handler}", daemon=True).start()
 
     def attempt(self, namespace: str, name: str) -> None:
-        """A pass now, in this thread; or, if one is running, one more after it."""
+        """A pass soon, on one of the queue's threads; after the running one, if any."""
         key = (namespace, name)
         with self._lock:
-            if key in self._running:
-                self._running[key] = True
+            if self._stopped or key in self._dirty:
                 return
-            self._running[key] = False
+            self._dirty.add(key)
+            if key not in self._running:
+                self._queue.append(key)
+                self._work.notify()
+
+    def _work_loop(self) -> None:
         while True:
-            self._pass(key)
             with self._lock:
-                if not self._running[key]:
-                    del self._running[key]
+                while not self._stopped and not self._queue:
+                    self._work.wait()
+                if self._stopped:
                     return
-                self._running[key] = False
+                key = self._queue.popleft()
+                self._dirty.discard(key)
+                self._running.add(key)
+            try:
+                self._pass(key)
+            finally:
+                with self._lock:
+                    self._running.discard(key)
+                    if key in self._dirty:  # asked for again while it ran
+                        self._queue.append(key)
+                        self._work.notify()
 
     def _pass(self, key: Key) -> None:
         namespace, name = key
+        ref = {"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}}
         try:
             self._reconcile(namespace, name)
         except kopf.TemporaryError as e:
             self._after(key, e.delay or 5)
         except ApiError as e:
             metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
-            log.warning(
-                "%s %s/%s: %s; retrying",
-                self.kind,
-                namespace,
-                name,
-                trouble(e),
-                extra={"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}},
-            )
+            log.warning("%s %s/%s: %s; retrying", self.kind, namespace, name, trouble(e), extra=ref)
             self._after(key, self._backoff(key))
+        except Exception:
+            metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
+            log.exception("%s %s/%s: the pass failed", self.kind, namespace, name, extra=ref)
         else:
             self.forget(key)
 
@@ -110,13 +135,13 @@ class Requeue:
             due = time.monotonic() + delay
             self._due[key] = due
             heapq.heappush(self._heap, (due, key))
-            self._lock.notify()
+            self._timer.notify()
 
     def _retry_loop(self) -> None:
         while True:
             with self._lock:
                 while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._lock.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                    self._timer.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
                 if self._stopped:
                     return
                 due, key = heapq.heappop(self._heap)
@@ -126,9 +151,9 @@ class Requeue:
             self.attempt(*key)
 
     def pending(self) -> int:
-        """Objects with a pass running or a retry waiting (what the queue holds)."""
+        """Objects queued, with a pass running or with a retry waiting."""
         with self._lock:
-            return len(self._running.keys() | self._due.keys())
+            return len(self._dirty | self._running | self._due.keys())
 
     def forget(self, key: Key) -> None:
         """A pass ended well: the next failure backs off from the start again."""
@@ -144,6 +169,8 @@ class Requeue:
     def stop(self) -> None:
         with self._lock:
             self._stopped = True
+            self._queue.clear()
             self._heap.clear()
             self._due.clear()
-            self._lock.notify()
+            self._work.notify_all()
+            self._timer.notify()

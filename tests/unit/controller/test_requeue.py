@@ -1,4 +1,5 @@
-"""Requeue: a pass that meets API trouble runs again, backing off; success resets it."""
+"""Requeue: passes on the queue's threads, one per object at a time; a pass that meets API
+trouble runs again, backing off; success resets it; a bug is logged, not fatal."""
 
 from __future__ import annotations
 
@@ -48,20 +49,48 @@ def test_api_trouble_is_retried_until_a_pass_succeeds() -> None:
         requeue.stop()
 
 
-def test_other_errors_are_not_swallowed() -> None:
-    requeue = Requeue("Worker", "worker", Flaky(ValueError("a bug")))
-    with pytest.raises(ValueError, match="a bug"):
-        requeue.attempt("team-a", "w1")
-
-
-def test_one_pending_retry_per_object_and_none_after_stop() -> None:
-    flaky = Flaky(*[ApiError("503 Service Unavailable", 503)] * 3)
+def test_a_bug_is_logged_with_its_object_and_the_queue_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flaky = Flaky(ValueError("a bug"))
     requeue = Requeue("Worker", "worker", flaky)
+    try:
+        requeue.attempt("team-a", "w1")
+        requeue_idle(requeue)
+        requeue.attempt("team-a", "w2")
+        assert flaky.done.wait(5)
+        assert flaky.passes == [("team-a", "w1"), ("team-a", "w2")]  # w1 not retried
+        (record,) = [r for r in caplog.records if r.exc_info]
+        assert "Worker team-a/w1: the pass failed" in record.getMessage()
+        assert "a bug" in str(record.exc_info[1])  # type: ignore[index]
+    finally:
+        requeue.stop()
+
+
+def requeue_idle(requeue: Requeue) -> None:
+    deadline = time.monotonic() + 5
+    while requeue.pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert requeue.pending() == 0
+
+
+def test_a_stopped_queue_runs_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(requeue_module, "BACKOFF", (0.2,))
+    failed = threading.Event()
+
+    def fails(namespace: str, name: str) -> None:
+        passes.append(name)
+        failed.set()
+        raise ApiError("503 Service Unavailable", 503)
+
+    passes: list[str] = []
+    requeue = Requeue("Worker", "worker", fails)
     requeue.attempt("team-a", "w1")
-    requeue.attempt("team-a", "w1")  # a retry is already pending: no second timer
-    requeue.stop()
-    time.sleep(0.2)
-    assert len(flaky.passes) == 2  # the two direct passes; the stopped timer never fired
+    assert failed.wait(5)
+    requeue.stop()  # with a retry due in 0.2 s
+    requeue.attempt("team-a", "w1")  # stopped: nothing runs
+    time.sleep(0.4)
+    assert passes == ["w1"]  # the retry never fired
 
 
 def test_a_pass_asked_for_while_one_runs_runs_once_after_it_not_beside_it() -> None:
@@ -83,18 +112,35 @@ def test_a_pass_asked_for_while_one_runs_runs_once_after_it_not_beside_it() -> N
         finally:
             busy.release()
 
-    requeue = Requeue("Worker", "worker", reconcile)
+    requeue = Requeue("Worker", "worker", reconcile, threads=4)
     try:
-        first = threading.Thread(target=requeue.attempt, args=("team-a", "w1"))
-        first.start()
+        requeue.attempt("team-a", "w1")
         assert running.wait(5)
         started = time.monotonic()
-        for _ in range(10):  # a burst of events for the same Worker, from other threads
+        for _ in range(10):  # a burst of events for the same Worker
             requeue.attempt("team-a", "w1")
         assert time.monotonic() - started < 1, "a caller waited for the running pass"
+        time.sleep(0.1)  # idle threads had time to take w1 again, were it allowed
         release.set()
-        first.join(5)
+        requeue_idle(requeue)  # nothing kept once it ended well
         assert passes == ["w1", "w1"] and not overlaps
-        assert requeue.pending() == 0  # nothing kept once it ended well
+    finally:
+        requeue.stop()
+
+
+def test_objects_pass_side_by_side_and_attempt_never_runs_a_pass_itself() -> None:
+    inside = threading.Barrier(3, timeout=5)
+    callers: list[str] = []
+
+    def reconcile(namespace: str, name: str) -> None:
+        callers.append(threading.current_thread().name)
+        inside.wait()  # all three objects in a pass at once
+
+    requeue = Requeue("Worker", "worker", reconcile, threads=3)
+    try:
+        for name in ("w1", "w2", "w3"):
+            requeue.attempt("team-a", name)  # returns at once: the barrier is still up
+        requeue_idle(requeue)
+        assert len(callers) == 3 and threading.current_thread().name not in callers
     finally:
         requeue.stop()
