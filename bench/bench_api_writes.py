@@ -4,9 +4,14 @@
     python bench/bench_api_writes.py
 
 Counts the mutating requests the API server served (its own `apiserver_request_total`,
-by verb and resource) around one profile edit, and around one worker from spawn to
-collect; times apply -> new revision and spawn -> pod. Bounded: a handful of objects,
-loopback only. Other clients of the same cluster add to the counts, so run it alone.
+by verb and resource) around one profile edit, around one worker from spawn to kill to
+collect, and the write budget: one Worker's whole life (spawn, its run to Done in a pod,
+collect, the garbage collector's cleanup) side by side with one Job's (create, its pod
+completes, delete). The operator's own writes come from its
+`agentworkers_api_requests_total`; the Job controller's are the API server's count less
+the writes of the user, the scheduler and the kubelet (kwok), by resource. Times apply ->
+new revision and spawn -> pod. Bounded: a handful of objects, loopback only. Other clients
+of the same cluster add to the counts, so run it alone.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.bench_scale import job  # noqa: E402
 from tests.e2e.support import (  # noqa: E402
     Cluster,
     Operator,
     install_crds,
     local_cluster,
+    pod_runner,
     wait_until,
 )
 
@@ -40,7 +47,21 @@ MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 # The control plane's own heartbeats (leader leases, the apiserver's endpoints), which go on
 # whatever the operator does.
 BACKGROUND = {"leases", "endpoints"}
+# events.k8s.io carries the scheduler's and other components' Events, and their series
+# updates go on too (the operator and the Job controller post through core/v1).
 LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+OWN = re.compile(r"^agentworkers_api_requests_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+# Writes of a Job's life that are not the Job controller's: the user's create and delete,
+# the scheduler's binding, the kubelet's (kwok's) pod status and token requests, and the pod
+# deletes (the garbage collector's, then kwok's final one).
+NOT_THE_JOB_CONTROLLER = {
+    ("POST", "jobs"),
+    ("DELETE", "jobs"),
+    ("POST", "pods/binding"),
+    ("PATCH", "pods/status"),
+    ("POST", "serviceaccounts/token"),
+    ("DELETE", "pods"),
+}
 
 
 def writes(cluster: Cluster) -> Counter[tuple[str, str]]:
@@ -51,13 +72,28 @@ def writes(cluster: Cluster) -> Counter[tuple[str, str]]:
         if not match:
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
-        if labels.get("verb") in MUTATING and labels.get("resource") not in BACKGROUND:
+        if (
+            labels.get("verb") in MUTATING
+            and labels.get("resource") not in BACKGROUND
+            and labels.get("group") != "events.k8s.io"
+        ):
             key = (
                 labels["verb"],
                 labels.get("resource", "")
                 + ("/" + labels["subresource"] if labels.get("subresource") else ""),
             )
             counts[key] += int(float(match["value"]))
+    return counts
+
+
+def operator_writes(operator: Operator) -> Counter[tuple[str, str]]:
+    """The operator's own writes, from its metrics."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in operator.metrics().splitlines():
+        if match := OWN.match(line):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+            if labels["verb"] in MUTATING and labels["resource"] not in BACKGROUND:
+                counts[(labels["verb"], labels["resource"])] += int(float(match["value"]))
     return counts
 
 
@@ -71,6 +107,71 @@ def show(title: str, counts: Counter[tuple[str, str]]) -> None:
     print(f"\n{title}: {sum(counts.values())} writes")
     for (verb, resource), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {n:4d}  {verb:6s} {resource}")
+
+
+def gone(what: str, cluster: Cluster, namespace: str, kind: str, name: str) -> None:
+    wait_until(
+        f"{what} to go",
+        lambda: (
+            not cluster.kubectl(
+                "get", kind, name, "-n", namespace, "--ignore-not-found", "-o", "name"
+            ).stdout.strip()
+        ),
+    )
+
+
+def write_budget(
+    cluster: Cluster, client: Client, operator: Operator, namespace: str, tmp: Path
+) -> None:
+    """A whole life, Worker beside Job: every write, and the controller's own."""
+    with pod_runner(cluster, namespace, tmp / "pods"):
+        before, own = writes(cluster), operator_writes(operator)
+        client.spawn("life", WorkerSpec(agent="planner", initial_message="hi"))
+        wait_until("the run to end", lambda: client.get("life").status.phase == "Done")
+        client.collect("life", timeout=30)
+        gone("the worker's pod", cluster, namespace, "pod", "life")
+        time.sleep(1.5)
+        worker_all = delta(before, writes(cluster))
+        worker_own = delta(own, operator_writes(operator))
+    before = writes(cluster)
+    cluster.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(job("life")))
+    wait_until(
+        "the job to complete",
+        lambda: any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in cluster.kubectl_json("get", "job", "life", "-n", namespace)
+            .get("status", {})
+            .get("conditions", [])
+        ),
+    )
+    cluster.kubectl("delete", "job", "life", "-n", namespace, "--cascade=background")
+    wait_until(
+        "the job's pod to go",
+        lambda: (
+            not cluster.kubectl(
+                "get", "pods", "-n", namespace, "-l", "job-name=life", "-o", "name"
+            ).stdout.strip()
+        ),
+    )
+    time.sleep(1.5)
+    job_all = delta(before, writes(cluster))
+    job_controller = Counter(
+        {
+            (verb, resource): n
+            for (verb, resource), n in job_all.items()
+            if (verb, resource) not in NOT_THE_JOB_CONTROLLER
+            and not resource.startswith("events.k8s.io/")
+        }
+    )
+    show("a Worker's whole life: all writes", worker_all)
+    show("  of which the operator's own", worker_own)
+    show("a Job's whole life: all writes", job_all)
+    show("  of which the Job controller's", job_controller)
+    print(
+        f"\nwrite budget, whole life: operator {sum(worker_own.values())} "
+        f"vs Job controller {sum(job_controller.values())}; all writes "
+        f"{sum(worker_all.values())} vs {sum(job_all.values())}"
+    )
 
 
 def main() -> int:
@@ -146,6 +247,8 @@ def main() -> int:
         time.sleep(1.5)
         show("one worker, spawn -> kill -> collect", delta(before, writes(cluster)))
         print(f"  spawn -> pod: {to_pod * 1000:.0f} ms")
+
+        write_budget(cluster, client, operator, namespace, Path(tmp))
         print(
             "\noperator metrics sample:\n"
             + "\n".join(

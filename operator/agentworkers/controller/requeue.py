@@ -9,6 +9,7 @@ Workers and profile changes. A `Requeue` gives every reconcile of a kind these r
 * **One pass per object at a time.** A pass asked for while one runs is not run beside
   it: the object goes back on the queue when the running pass ends. An object waiting in
   the queue is there once, however many events asked for it.
+* **Passes at a time**: a pass that raises `Later` runs again after its delay.
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
   AgentConfig), runs the object again later, one pending retry per object, the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
@@ -36,6 +37,13 @@ log = logging.getLogger(__name__)
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 Key = tuple[str, str]  # (namespace, name)
+
+
+class Later(kopf.TemporaryError):
+    """Nothing is wrong: the pass wants another in `delay` seconds (a clock to check)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(f"again in {delay:.1f} s", delay=delay)
 
 
 def trouble(e: ApiError) -> str:

@@ -22,6 +22,8 @@ class Worker:
     body: dict[str, Any]
     spec: WorkerSpec
     status: WorkerStatus
+    # Seconds until a clock of this run needs another pass, if one does.
+    again_in: float | None = None
 
     @property
     def name(self) -> str:
@@ -48,6 +50,10 @@ class Worker:
             self.status.conditions, type_, status, reason, message, self.generation
         )
         self.update(conditions=conditions)
+
+    def again(self, seconds: float) -> None:
+        """Another pass in `seconds` (the soonest of the clocks asking)."""
+        self.again_in = seconds if self.again_in is None else min(self.again_in, seconds)
 
     def wait(self, reason: str, message: str) -> NoReturn:
         """The run cannot go on yet: say why (Ready=False) and try again shortly."""

@@ -7,6 +7,7 @@ adopted when a crashed pass already made it; status is recomputed from what exis
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
@@ -17,10 +18,11 @@ from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
 from agentworkers.controller import lineage, metrics
+from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, start
 from agentworkers.core.conditions import now
-from agentworkers.core.pods import owned_by, pod_name
+from agentworkers.core.pods import owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
@@ -28,6 +30,9 @@ from agentworkers.kube.repository import Repository
 log = logging.getLogger(__name__)
 
 PARENT_KILLED = "parent killed: "
+# Seconds a started container's runtime has to report Running itself before the pod's
+# phase stands in for it: one status write per run fewer, when the runtime is alive.
+RUNTIME_REPORT_SECONDS = 3.0
 
 
 def reconcile(storage: Repository, namespace: str, name: str) -> None:
@@ -48,6 +53,8 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
     finally:
         metrics.PHASES.observe(body["metadata"]["uid"], worker.status.phase)
         worker.save(storage, before)
+    if worker.again_in is not None:
+        raise Later(worker.again_in)
 
 
 def _step(storage: Repository, worker: Worker) -> None:
@@ -140,7 +147,7 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
         )
     if phase == "Succeeded" and worker.status.phase != "Done":
         changes.update(phase="Done", last_event="pod succeeded")
-    elif phase == "Running" and worker.status.phase in (None, "Pending"):
+    elif phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, pod):
         changes.update(phase="Running", last_event="pod running")
     elif worker.status.phase is None:
         changes.update(phase="Pending", last_event="pod created")
@@ -148,6 +155,19 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
         worker.update(**changes)
     worker.condition(reasons.STARTED, "True", reasons.POD_CREATED, f"pod {pod['metadata']['name']}")
     worker.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
+
+
+def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
+    """Whether the runtime of a running pod is late to report Running itself; while it is
+    not, a pass is asked for when it would be."""
+    started = running_since(pod)
+    if started is None:
+        return True
+    left = RUNTIME_REPORT_SECONDS - (dt.datetime.now(dt.UTC) - started).total_seconds()
+    if left <= 0:
+        return True
+    worker.again(left)
+    return False
 
 
 def _ended(storage: Repository, worker: Worker) -> None:

@@ -7,6 +7,7 @@ is an emptyDir mounted as the working directory; it goes with the pod.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from agentworkers.api.agentconfig import AgentConfigSpec
@@ -29,6 +30,15 @@ def pod_name(worker: str) -> str:
 def owned_by(pod: dict[str, Any], uid: str) -> bool:
     """Whether `pod` is the one a Worker of this uid made (a pod of its name may not be)."""
     return uid in {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
+
+
+def running_since(pod: dict[str, Any]) -> dt.datetime | None:
+    """When the pod's first container started running, as its kubelet reported."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+        if started:
+            return dt.datetime.fromisoformat(started)
+    return None
 
 
 def build_pod(

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import prometheus_client
 import urllib3
 from kubernetes.client import ApiClient
 
@@ -38,6 +39,15 @@ _PATHS = {
     "rolebindings": _RBAC,
     "leases": "/apis/coordination.k8s.io/v1",
 }
+
+# Every request this process sends through `Api` (kopf's own watches and patches aside):
+# what the write budget in docs/scaling.md counts.
+REQUESTS = prometheus_client.Counter(
+    "agentworkers_api_requests_total",
+    "Requests sent to the API server, by verb (LIST: a GET of a collection), resource and "
+    "HTTP code ('error': no answer); the operator's own, not kopf's watches",
+    ["verb", "resource", "code"],
+)
 
 
 def path(plural: str, namespace: str, name: str = "", subresource: str = "") -> str:
@@ -63,6 +73,20 @@ def refusal(status: int | None, reason: str, data: bytes | str) -> ApiError:
         )
     rule = f"{status} {reason}: {message}" if message else f"{status} {reason}"
     return ApiError(rule, status, cause)
+
+
+def _verb_and_resource(method: str, url: str, query: Query) -> tuple[str, str]:
+    """As the API server's metrics name them: ("LIST", "workers") for a GET of
+    /apis/.../namespaces/ns/workers, WATCH for a watch, "workers/status" for a
+    subresource, the last segment of a cluster-scoped path."""
+    parts = url.strip("/").split("/")
+    if "namespaces" not in parts[:-2]:
+        return method, parts[-1]
+    rest = parts[parts.index("namespaces") + 2 :]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    if method == "GET" and len(rest) == 1:
+        return ("WATCH" if ("watch", "true") in query else "LIST"), resource
+    return method, resource
 
 
 @dataclass
@@ -100,10 +124,13 @@ class Api:
             method, url, query_params=query, header_params=headers, body=body,
             auth_settings=["BearerToken"],
         )  # fmt: skip
+        verb, resource = _verb_and_resource(method, url, query or [])
         try:
             response = self.client.call_api(*request, _request_timeout=timeout).response
         except urllib3.exceptions.HTTPError as e:
+            REQUESTS.labels(verb, resource, "error").inc()
             raise ApiError(f"cannot reach the API server: {e}") from e
+        REQUESTS.labels(verb, resource, str(response.status)).inc()
         if response.status >= 400:
             raise refusal(response.status, response.reason, response.data)
         return response

@@ -57,10 +57,16 @@ def _worker(body: Mapping[str, Any]) -> Body:
 
 def _pod(body: Mapping[str, Any]) -> Body:
     status = body.get("status") or {}
-    return {
-        **_envelope(body),
-        "status": {k: status[k] for k in ("phase", "reason", "message") if k in status},
-    }
+    kept = {k: status[k] for k in ("phase", "reason", "message") if k in status}
+    # When the run's container started (`core.pods.running_since`), and nothing else of it.
+    started = [
+        {"state": {"running": {"startedAt": running["startedAt"]}}}
+        for c in status.get("containerStatuses") or []
+        if (running := (c.get("state") or {}).get("running")) and running.get("startedAt")
+    ]
+    if started:
+        kept["containerStatuses"] = started[:1]
+    return {**_envelope(body), "status": kept}
 
 
 def _whole(body: Mapping[str, Any]) -> Body:

@@ -6,6 +6,7 @@ in a second, and what each leaves behind: phase, Ready reason, pod, Events, writ
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import yaml
 
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
+from agentworkers.controller.requeue import Later
 from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
 
@@ -423,3 +425,28 @@ def test_a_child_whose_pod_the_cascade_removed_is_killed_not_lost() -> None:
     status = memory.find("workers", "child")["status"]  # type: ignore[index]
     assert (status["phase"], status["error"]) == ("Killed", "parent killed: stop")
     assert memory.reasons("child") == ["Killed"]
+
+
+def _running_for(seconds: float) -> dict[str, Any]:
+    started = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+    state = {"running": {"startedAt": started.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+    return {"containerStatuses": [{"name": "runtime", "state": state}]}
+
+
+def test_the_runtime_reports_running_itself_and_the_pod_stands_in_when_it_is_silent() -> None:
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+    reconcile(memory, "w")
+    writes = len(memory.writes)
+    # The container has just started: its runtime gets the first word, in a pass soon.
+    pod_phase(memory, "w", "Running", **_running_for(0))
+    with pytest.raises(Later) as later:
+        workers.reconcile(memory, "ns", "w")
+    assert 0 < later.value.delay <= workers.RUNTIME_REPORT_SECONDS  # type: ignore[operator]
+    assert memory.find("workers", "w")["status"]["phase"] == "Pending"  # type: ignore[index]
+    assert len(memory.writes) == writes  # nothing to write yet
+    # Still silent after the grace: the pod's phase stands in.
+    pod_phase(memory, "w", "Running", **_running_for(workers.RUNTIME_REPORT_SECONDS + 1))
+    assert reconcile(memory, "w") == "done"
+    assert memory.find("workers", "w")["status"]["phase"] == "Running"  # type: ignore[index]

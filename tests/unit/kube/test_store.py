@@ -49,14 +49,25 @@ def test_what_is_kept_is_what_a_reconcile_reads() -> None:
         "kind": "Pod",
         "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "6"},
         "spec": {"containers": [{"env": [{"name": "BIG", "value": "x" * 10000}]}]},
-        "status": {"phase": "Running", "podIP": "127.0.0.2"},
+        "status": {
+            "phase": "Running",
+            "podIP": "127.0.0.2",
+            "containerStatuses": [
+                {
+                    "name": "runtime",
+                    "image": "agentworkers:0.1.0",
+                    "state": {"running": {"startedAt": "2026-12-01T01:00:00Z"}},
+                }
+            ],
+        },
     }
     store.wrote("pods", pod)
+    running = {"state": {"running": {"startedAt": "2026-12-01T01:00:00Z"}}}
     assert store.get("pods", "ns", "a") == {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "6"},
-        "status": {"phase": "Running"},
+        "status": {"phase": "Running", "containerStatuses": [running]},
     }
 
 
