@@ -55,6 +55,7 @@ ADMISSION = re.compile(
     r"^apiserver_admission_webhook_admission_duration_seconds_bucket\{(?P<labels>[^}]*)\} "
     r"(?P<value>\S+)$"
 )
+OWN = re.compile(r"^agentworkers_api_requests_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 REVIEWS = re.compile(
     r"^agentworkers_admission_review_seconds_bucket\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
 )
@@ -128,6 +129,15 @@ def requests(lines: list[str]) -> Counter[tuple[str, str]]:
             if labels.get("subresource"):
                 resource += "/" + labels["subresource"]
             counts[(labels.get("verb", ""), resource)] += int(float(match["value"]))
+    return counts
+
+
+def own_reads(lines: list[str]) -> Counter[str]:
+    """The operator's own GETs and LISTs by resource (its agentworkers_api_requests_total)."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if (match := OWN.match(line)) and (labels := _labels(match["labels"]))["verb"] in READS:
+            counts[f"{labels['verb']} {labels['resource']}"] += int(float(match["value"]))
     return counts
 
 
@@ -264,6 +274,7 @@ class Phase:
     settled_rss: float = float("nan")
     rss: float = float("nan")
     peak_rss: float = float("nan")
+    own_reads: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -286,6 +297,7 @@ class Bench:
     prefix: str
     webhook: str
     answering: Operator  # the process that answers admission reviews
+    controller: Operator  # the one that reconciles (the same process unless --split)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(48))
     failures: list[str] = field(default_factory=list)
 
@@ -322,6 +334,7 @@ class Bench:
         calls: list[float] = []
         before_m, before_cpu = metrics(self.cluster), self._cpu()
         before_r = self.answering.metrics().splitlines()
+        before_own = own_reads(self.controller.metrics().splitlines())
         start = time.monotonic()
 
         def create(name: str) -> None:
@@ -370,6 +383,7 @@ class Bench:
                 0.99,
             ),
             missing=count - len(latencies),
+            own_reads=own_reads(self.controller.metrics().splitlines()) - before_own,
             rss=rss_mib(self.pids["operator"]),
             peak_rss=rss_mib(self.pids["operator"], "VmHWM"),
             review_p99=bucket_quantile(
@@ -429,6 +443,10 @@ class Bench:
             top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
             detail = ", ".join(f"{verb} {res} {v / n:.2f}" for (verb, res), v in top)
             print(f"   API {title} per object {total:.2f}: {detail}")
+        own = ", ".join(f"{k} {v / n:.2f}" for k, v in p.own_reads.most_common(4))
+        print(
+            f"   of the reads, the operator's own per object: {p.own_reads.total() / n:.2f} {own}"
+        )
 
 
 @contextlib.contextmanager
@@ -526,8 +544,8 @@ def main() -> int:
                 Operator.start(cluster, Path(tmp), scope, f"--webhook-name={webhook}")
             )
             pids = {"operator": operator.process.pid}
-            answering = operator
-        bench = Bench(cluster, watch, pids, prefix, webhook, answering)
+            answering = controller = operator
+        bench = Bench(cluster, watch, pids, prefix, webhook, answering, controller)
         workers = "/apis/agentworkers.io/v1alpha1/namespaces/{namespace}/workers"
         jobs = "/apis/batch/v1/namespaces/{namespace}/jobs"
         plan: list[tuple[str, Callable[[str], dict[str, Any]], str, int]] = []

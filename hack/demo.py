@@ -131,10 +131,20 @@ def configured(cluster: Cluster, config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _worker(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
 def demo(cluster: Cluster, kubectl: Any) -> int:
     examples = REPO / "examples"
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
     config = configured(cluster, yaml.safe_load((examples / "agentconfig.yaml").read_text()))
+    config["spec"]["tree"] = {"maxDepth": 1, "maxChildren": 8, "maxLiveDescendants": 20}
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
     wait_until(
@@ -176,6 +186,20 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     print(f"planner: {planner.status.phase}: {planner.status.output or planner.status.error}")
     for event in planner.status.recent_events:
         print(f"  {DIM}#{event.index:<3} {event.kind:18} {event.summary[:110]}{RESET}")
+
+    step("A tree refused past its depth (the AgentConfig's spec.tree.maxDepth: 1)")
+    for name, parent in (("demo-root", None), ("demo-child", "demo-root")):
+        spec = {
+            "agent": "planner",
+            "initialMessage": "delegate",
+            **({"parent": parent} if parent else {}),
+        }
+        kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(_worker(name, spec)))
+    deep = _worker("demo-grandchild", {"agent": "planner", "parent": "demo-child"})
+    refused = cluster.kubectl(
+        "apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(deep), check=False
+    )
+    print(refused.stderr.strip())
 
     step("Kill a worker with a reason")
     client.wait("demo-idler", frozenset({"Idle"}), timeout=60)

@@ -110,6 +110,12 @@ class ForeignRevisionError(RuleError):
     reason = "RevisionWriteRefused"
 
 
+class TreeLimitError(RuleError):
+    """A spawn past a limit of its tree (`AgentConfig.spec.tree`); `reason` says which."""
+
+    reason = "TreeLimit"
+
+
 class RunFailedError(RuleError):
     """A run that cannot go on; `reason` is the condition's (PodLost, PodConflict, ...)."""
 

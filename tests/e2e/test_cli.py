@@ -271,6 +271,14 @@ def test_explain_names_the_layer_behind_each_field(cluster: Cluster, namespace: 
     assert child["provider"] == ("scripted", "agent")
     assert child["instructions"][1] == "agent"
     assert child["blocks"][1] == "profile"
+    tree = {f["field"]: (f["value"], f["layer"]) for f in found["tree"]}
+    assert tree == {
+        "tree.root": ("parent", "tree"),
+        "tree.depth": (1, "tree"),
+        "tree.maxDepth": (3, "AgentConfig/planner"),
+        "tree.maxChildren": (10, "AgentConfig/planner"),
+        "tree.maxLiveDescendants": (50, "AgentConfig/planner"),
+    }
 
     _, hungry = layers("hungry")
     assert hungry["maxSteps"] == (50, "clamp")
@@ -287,6 +295,7 @@ def test_explain_names_the_layer_behind_each_field(cluster: Cluster, namespace: 
     assert rows["FIELD"] == ["VALUE", "LAYER"]
     assert rows["model"] == ["demo-small", "profile"]
     assert rows["maxSteps"] == ["10", "profile"]
+    assert rows["tree.maxDepth"] == ["3", "AgentConfig/planner"]
 
 
 def test_profiles_and_revisions(cluster: Cluster, namespace: str) -> None:

@@ -19,6 +19,10 @@ from agentworkers.virtualagent import (
 
 Name = StrictStr
 DEFAULT_REVISION_HISTORY_LIMIT = 10
+# A spawn tree's limits when its AgentConfig leaves them out (`spec.tree`).
+DEFAULT_MAX_DEPTH = 5
+DEFAULT_MAX_CHILDREN = 20
+DEFAULT_MAX_LIVE_DESCENDANTS = 100
 
 
 class ModelDefaults(KubeModel):
@@ -75,6 +79,45 @@ class Limits(KubeModel):
         ge=1,
         le=MAX_MAX_TOKEN_BUDGET,
     )
+
+
+class TreeLimits(KubeModel):
+    """Limits on the tree of runs a top-level run of this agent spawns (its children,
+    theirs, ...). A spawn past one is refused at admission, with the limit, the count and
+    the tree's root; the operator checks again before the run starts."""
+
+    max_depth: StrictInt | None = Field(
+        default=None,
+        description="Deepest a run may be: the top-level run is depth 0, its children 1. "
+        f"Default {DEFAULT_MAX_DEPTH}.",
+        ge=0,
+    )
+    max_children: StrictInt | None = Field(
+        default=None,
+        description="Most children one run may have at a time (a collected child frees its "
+        f"place). Default {DEFAULT_MAX_CHILDREN}.",
+        ge=0,
+    )
+    max_live_descendants: StrictInt | None = Field(
+        default=None,
+        description="Most runs below the top-level run that have not ended, at a time. "
+        f"Default {DEFAULT_MAX_LIVE_DESCENDANTS}.",
+        ge=0,
+    )
+
+    @property
+    def depth(self) -> int:
+        return DEFAULT_MAX_DEPTH if self.max_depth is None else self.max_depth
+
+    @property
+    def children(self) -> int:
+        return DEFAULT_MAX_CHILDREN if self.max_children is None else self.max_children
+
+    @property
+    def live_descendants(self) -> int:
+        if self.max_live_descendants is None:
+            return DEFAULT_MAX_LIVE_DESCENDANTS
+        return self.max_live_descendants
 
 
 class McpServer(KubeModel):
@@ -144,6 +187,11 @@ class AgentConfigSpec(KubeModel):
     )
     worker: WorkerTemplate = Field(
         default_factory=WorkerTemplate, description="The pod each worker runs in."
+    )
+    tree: TreeLimits | None = Field(
+        default=None,
+        description="Limits on the spawn tree below each top-level run of this agent; "
+        "omitted, the defaults.",
     )
     virtual_agents: VirtualAgents | None = Field(
         default=None,

@@ -45,6 +45,10 @@ RUN_FAILED: Final = "RunFailed"  # Failed in the runtime (the model, a tool): st
 POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
 POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason
+# A spawn past a tree limit (refused at admission; Failed if one slips past it):
+TREE_TOO_DEEP: Final = "TreeTooDeep"  # spec.tree.maxDepth
+TOO_MANY_CHILDREN: Final = "TooManyChildren"  # spec.tree.maxChildren
+TREE_FULL: Final = "TreeFull"  # spec.tree.maxLiveDescendants
 
 # --- AgentConfig and profile reasons -------------------------------------------------
 

@@ -261,7 +261,8 @@ def explanation_text(found: Explanation) -> str:
             ("Config", found.config),
         ]
     )
-    rows = table(("FIELD", "VALUE", "LAYER"), ((f.field, f.value, f.layer) for f in found.fields))
+    fields = (*found.fields, *found.tree)
+    rows = table(("FIELD", "VALUE", "LAYER"), ((f.field, f.value, f.layer) for f in fields))
     return head + "\n" + rows
 
 

@@ -11,11 +11,12 @@ from agentworkers.api import (
     AgentConfigSpec,
     FrozenProfile,
 )
-from agentworkers.api.agentconfig import AgentConfigStatus
+from agentworkers.api.agentconfig import AgentConfigStatus, TreeLimits
 from agentworkers.api.names import AGENT_LABEL, BINDING_ANNOTATION
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
     Body,
+    ExplainedField,
     Explanation,
     ProfileDiff,
     ProfileSet,
@@ -99,7 +100,13 @@ class ConfigReads(Reads):
         if decided is not None:
             where = f"AgentConfigRevision/{pinned}" if pinned else f"AgentConfig/{spec.agent}"
             return Explanation(
-                name, spec.agent, spec.profile, where, explain_fields(decided), inherits
+                name,
+                spec.agent,
+                spec.profile,
+                where,
+                explain_fields(decided),
+                inherits,
+                self._tree(body),
             )
         config, where, revision = self._config_at(spec.agent, pinned)
         if spec.profile and profile is None and revision is not None:
@@ -110,7 +117,46 @@ class ConfigReads(Reads):
             profile = found[0] if found else None
         effective = resolve(config, spec, profile)
         return Explanation(
-            name, spec.agent, spec.profile, where, explain_fields(effective), inherits
+            name,
+            spec.agent,
+            spec.profile,
+            where,
+            explain_fields(effective),
+            inherits,
+            self._tree(body),
+        )
+
+    def _tree(self, body: Body) -> tuple[ExplainedField, ...]:
+        """The run's place in its tree and the tree's limits: the root's AgentConfig's
+        `spec.tree`, or the defaults."""
+        chain = [body]
+        while (parent := (chain[-1].get("spec") or {}).get("parent")) and len(chain) <= 64:
+            chain.append(self._get(parent))
+        root = chain[-1]
+        agent = root["spec"]["agent"]
+        try:
+            limits = AgentConfigSpec.model_validate(self._agent_body(agent)["spec"]).tree
+        except NotFoundError:
+            limits = None
+        limits = limits or TreeLimits()
+        place = [
+            ExplainedField("tree.root", root["metadata"]["name"], "tree"),
+            ExplainedField("tree.depth", len(chain) - 1, "tree"),
+        ]
+        return (
+            *place,
+            *(
+                ExplainedField(f"tree.{key}", value, f"AgentConfig/{agent}" if set_ else "default")
+                for key, value, set_ in (
+                    ("maxDepth", limits.depth, limits.max_depth is not None),
+                    ("maxChildren", limits.children, limits.max_children is not None),
+                    (
+                        "maxLiveDescendants",
+                        limits.live_descendants,
+                        limits.max_live_descendants is not None,
+                    ),
+                )
+            ),
         )
 
     def _pod_config(self, pod: str) -> EffectiveConfig | None:

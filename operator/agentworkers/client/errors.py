@@ -8,11 +8,13 @@ class, recognised by the reason in the API Status's details (not by its message)
 
 from __future__ import annotations
 
+from agentworkers.api import reasons
 from agentworkers.errors import (
     AgentWorkersError,
     ApiError,
     ConfigError,
     NotFoundError,
+    TreeLimitError,
     UnknownWorkerError,
     WorkerFinishedError,
 )
@@ -42,6 +44,9 @@ class CollectTimeoutError(WaitTimeoutError):
 _REFUSALS: dict[str, type[AgentWorkersError]] = {
     WorkerFinishedError.reason: WorkerFinishedError,
     UnknownWorkerError.reason: UnknownWorkerError,
+    **dict.fromkeys(
+        (reasons.TREE_TOO_DEEP, reasons.TOO_MANY_CHILDREN, reasons.TREE_FULL), TreeLimitError
+    ),
 }
 
 
@@ -51,7 +56,8 @@ def translate(error: ApiError, not_found: AgentWorkersError | None = None) -> Ag
     if error.status == 404 and not_found is not None:
         return not_found
     if error.cause is not None and error.cause.reason in _REFUSALS:
-        return _REFUSALS[error.cause.reason](error.cause.rule, error.cause.field)
+        reason = error.cause.reason
+        return _REFUSALS[reason](error.cause.rule, error.cause.field, reason=reason)
     return error
 
 
@@ -61,6 +67,7 @@ __all__ = [
     "CollectTimeoutError",
     "ConfigError",
     "NotFoundError",
+    "TreeLimitError",
     "UnknownWorkerError",
     "WaitTimeoutError",
     "WorkerFinishedError",

@@ -102,6 +102,8 @@ class Explanation:
     fields: tuple[ExplainedField, ...]
     # For a run below a virtual-profile run: whose bounds it inherits.
     inherits: str | None = None
+    # Its tree: root and depth, and the tree's limits with where each came from.
+    tree: tuple[ExplainedField, ...] = ()
 
 
 @dataclass(frozen=True)

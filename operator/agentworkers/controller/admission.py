@@ -28,6 +28,7 @@ from agentworkers.core.revisions import (
     standalone_source,
 )
 from agentworkers.core.spawning import check_binding_write, check_spawn
+from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import (
     REFUSALS,
     ForeignRevisionError,
@@ -116,9 +117,12 @@ def validate_worker(
     warnings: list[str],
     username: str = "",
     operator: str | None = None,
+    admitted: lineage.Admitted | None = None,
+    dry_run: bool = False,
 ) -> None:
-    """A spawn is checked before it persists; a query to a finished run is refused; only
-    the operator (the identity `operator`) writes a binding."""
+    """A spawn is checked before it persists, against its tree's limits too (`admitted`:
+    the spawns let through that the store has not seen yet); a query to a finished run is
+    refused; only the operator (the identity `operator`) writes a binding."""
     namespace = body["metadata"]["namespace"]
     try:
         check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
@@ -148,13 +152,16 @@ def validate_worker(
             check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
         except SecretNotAllowedError as e:
             raise _refuse_spawn(e) from e
-    if worker.parent and storage.get("workers", namespace, worker.parent) is None:
+    parent_body = storage.get("workers", namespace, worker.parent) if worker.parent else None
+    if worker.parent and parent_body is None:
         raise _refuse_spawn(
             UnknownWorkerError(field="spec.parent", rule=f"no worker named {worker.parent!r}")
         )
+    if parent_body is not None:
+        name = body["metadata"]["name"]
+        _check_tree(storage, namespace, name, parent_body, admitted or lineage.Admitted(), dry_run)
     if not worker.profile:
         return
-    parent_body = storage.get("workers", namespace, worker.parent or "")
     try:
         parent, _ = lineage.parent_run(storage, namespace, parent_body)
     except REFUSALS as e:
@@ -167,6 +174,42 @@ def validate_worker(
         live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
     try:
         check_spawn(worker, parent, frozen_revision, live)
+    except REFUSALS as e:
+        raise _refuse_spawn(e) from e
+
+
+def _check_tree(
+    storage: Repository,
+    namespace: str,
+    name: str,
+    parent_body: dict[str, Any],
+    admitted: lineage.Admitted,
+    dry_run: bool,
+) -> None:
+    """The spawn fits its tree, counting the spawns just admitted; if it does (and is not
+    a dry run), it is admitted too."""
+    try:
+        chain = lineage.ancestry(storage, namespace, parent_body)
+        root = chain[-1]["metadata"]["name"]
+        with lineage.tree_lock(namespace, root):
+            seen = lineage.tree_shape(
+                storage, namespace, chain, lambda b: not lineage.refused_by_tree(b), name
+            )
+            pending = admitted.pending(storage, namespace, root)
+            shape = Shape(
+                root=root,
+                parent=seen.parent,
+                depth=seen.depth,
+                children=seen.children + pending.count(seen.parent),
+                live=seen.live + len(pending),
+            )
+            check_tree(
+                lineage.tree_limits(storage, namespace, chain[-1]),
+                chain[-1]["spec"]["agent"],
+                shape,
+            )
+            if not dry_run:
+                admitted.add(namespace, root, name, seen.parent)
     except REFUSALS as e:
         raise _refuse_spawn(e) from e
 

@@ -43,6 +43,7 @@ class Review:
     body: dict[str, Any]  # the object as it would be stored
     old: dict[str, Any] | None  # as it is stored, for an update
     username: str
+    dry_run: bool = False  # kubectl --dry-run=server: checked, and nothing remembered
 
 
 # A check: refuses by raising (kopf.AdmissionError, or Refused with reason and field);
@@ -60,6 +61,7 @@ def answer(
         body=dict(request.get("object") or {}),
         old=request.get("oldObject"),
         username=str((request.get("userInfo") or {}).get("username", "")),
+        dry_run=bool(request.get("dryRun")),
     )
     try:
         check = checks[check_id]

@@ -1,19 +1,28 @@
-"""Where a Worker sits in its tree: its parent run, and the profile run above it, if any.
+"""Where a Worker sits in its tree: its parent run, the profile run above it, if any, and
+the tree's root and counts.
 
 A run below a profile run (its child, grandchild, ...) is bounded by that run's profile
 and cannot select one of its own; both the spawn check (admission, handler) and the run
-start ask these questions.
+start ask these questions. The tree's limits (`core.tree`) are counted here, from the
+store's parent -> children index, under a lock per tree (`tree_lock`) so that two spawns
+into one tree are counted one after the other.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+import zlib
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
 
-from agentworkers.api.agentconfig import RevisionRef
-from agentworkers.api.worker import InheritedBounds, WorkerStatus
+from agentworkers.api import reasons
+from agentworkers.api.agentconfig import AgentConfigSpec, RevisionRef, TreeLimits
+from agentworkers.api.worker import TERMINAL_PHASES, InheritedBounds, WorkerStatus
 from agentworkers.core.spawning import ParentRun
+from agentworkers.core.tree import Shape
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.repository import Repository
 
@@ -66,6 +75,118 @@ def profile_ancestor(
     raise UnknownWorkerError(
         field="spec.parent", rule=f"the parent chain is longer than {MAX_ANCESTRY}"
     )
+
+
+def ancestry(storage: Repository, namespace: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`body` and every run above it, up to the tree's root (the last one)."""
+    chain = [body]
+    for _ in range(MAX_ANCESTRY):
+        parent = (chain[-1].get("spec") or {}).get("parent")
+        if not parent:
+            return chain
+        found = storage.get("workers", namespace, parent)
+        if found is None:
+            raise UnknownWorkerError(
+                field="spec.parent",
+                rule=f"worker {parent!r}, an ancestor of this run, does not exist",
+            )
+        chain.append(found)
+    raise UnknownWorkerError(
+        field="spec.parent", rule=f"the parent chain is longer than {MAX_ANCESTRY}"
+    )
+
+
+def tree_limits(storage: Repository, namespace: str, root: dict[str, Any]) -> TreeLimits | None:
+    """The limits of the tree below `root`: its AgentConfig's `spec.tree`."""
+    config = storage.get("agentconfigs", namespace, (root.get("spec") or {}).get("agent", ""))
+    try:
+        return AgentConfigSpec.model_validate((config or {}).get("spec") or {}).tree
+    except ValidationError:
+        return None  # missing or invalid: reported on it; the defaults hold meanwhile
+
+
+def refused_by_tree(body: dict[str, Any]) -> bool:
+    """A run that failed for a limit of its tree: it holds no place in it."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == reasons.READY and c.get("reason") in TREE_REASONS for c in conditions
+    )
+
+
+TREE_REASONS = frozenset({reasons.TREE_TOO_DEEP, reasons.TOO_MANY_CHILDREN, reasons.TREE_FULL})
+
+
+def tree_shape(
+    storage: Repository,
+    namespace: str,
+    chain: list[dict[str, Any]],
+    counts: Callable[[dict[str, Any]], bool],
+    skip: str,
+) -> Shape:
+    """Where a new child of `chain[0]` (its parent; `chain` from `ancestry`) would go: the
+    parent's children and the root's live descendants for which `counts` holds, the new
+    run `skip` (already in the store, when the operator checks) left out."""
+    parent, root = chain[0]["metadata"]["name"], chain[-1]["metadata"]["name"]
+    children = live = 0
+    below = [root]
+    while below:
+        name = below.pop()
+        for child in storage.children(namespace, name):
+            body = storage.get("workers", namespace, child) if child != skip else None
+            if body is None or not counts(body):
+                continue
+            below.append(child)
+            if name == parent:
+                children += 1
+            if (body.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                live += 1
+    return Shape(root=root, parent=parent, depth=len(chain), children=children, live=live)
+
+
+_TREE_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def tree_lock(namespace: str, root: str) -> threading.Lock:
+    """The lock of a tree (one of a fixed set: nothing kept per tree)."""
+    return _TREE_LOCKS[zlib.crc32(f"{namespace}/{root}".encode()) % len(_TREE_LOCKS)]
+
+
+class Admitted:
+    """Spawns admission has let through and the store has not seen yet, by tree.
+
+    Between a review's answer and the watch event of the Worker it let through, the store
+    does not count that Worker; a burst of spawns into one tree would all see the same
+    count. Each admitted spawn is remembered until the store has it, or for `TTL` seconds
+    (a create that another webhook refused never arrives).
+    """
+
+    TTL = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # (namespace, root) -> {child: (expiry, parent)}
+        self._trees: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
+
+    def pending(self, storage: Repository, namespace: str, root: str) -> list[str]:
+        """The parents of the tree's admitted spawns not yet in the store, one per spawn."""
+        now = time.monotonic()
+        with self._lock:
+            spawns = self._trees.get((namespace, root), {})
+            for child, (expiry, parent) in list(spawns.items()):
+                if expiry < now or child in storage.children(namespace, parent):
+                    del spawns[child]
+            if not spawns:
+                self._trees.pop((namespace, root), None)
+            return [parent for _, parent in spawns.values()]
+
+    def add(self, namespace: str, root: str, child: str, parent: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if len(self._trees) > 1024:  # trees not spawned into since: forget the expired
+                for key, spawns in list(self._trees.items()):
+                    if all(expiry < now for expiry, _ in spawns.values()):
+                        del self._trees[key]
+            self._trees.setdefault((namespace, root), {})[child] = (now + self.TTL, parent)
 
 
 def _frozen(body: dict[str, Any]) -> RevisionRef | None:

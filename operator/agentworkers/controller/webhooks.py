@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from agentworkers.controller import admission
+from agentworkers.controller import admission, lineage
 from agentworkers.controller.admission_server import Check, Review
 from agentworkers.controller.options import Options
 from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
@@ -51,9 +51,18 @@ def checks(storage: Repository, operator: str | None) -> dict[str, Check]:
             created,
         )
 
+    admitted = lineage.Admitted()
+
     def worker(review: Review, warnings: list[str]) -> None:
         admission.validate_worker(
-            storage, review.body, review.old, warnings, review.username, operator
+            storage,
+            review.body,
+            review.old,
+            warnings,
+            review.username,
+            operator,
+            admitted,
+            review.dry_run,
         )
 
     def revision(review: Review, warnings: list[str]) -> None:
@@ -88,9 +97,10 @@ def _registered(check_id: str) -> Any:
         memo: kopf.Memo,
         warnings: list[str],
         userinfo: dict[str, Any],
+        dryrun: bool,
         **_: Any,
     ) -> None:
-        review = Review(dict(body), old, str(userinfo.get("username", "")))
+        review = Review(dict(body), old, str(userinfo.get("username", "")), bool(dryrun))
         await asyncio.to_thread(memo.checks[check_id], review, warnings)
 
     return handler

@@ -7,8 +7,10 @@ adopted when a crashed pass already made it; status is recomputed from what exis
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,6 +26,7 @@ from agentworkers.controller.worker_start import adopt, bind, start
 from agentworkers.core.conditions import now
 from agentworkers.core.pods import owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
+from agentworkers.core.tree import check_tree
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
 
@@ -121,12 +124,40 @@ def _step(storage: Repository, worker: Worker) -> None:
                 reason=reasons.POD_LOST,
             )
     if pod is None:
-        pod = start(storage, worker, config, active, parent, ancestor)
+        with _place_in_tree(storage, worker, parent_body):
+            pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
         raise RunFailedError(
             f"a pod named {pod_name(worker.name)} is not this run's", reason=reasons.POD_CONFLICT
         )
     _follow(worker, pod)
+
+
+@contextlib.contextmanager
+def _place_in_tree(
+    storage: Repository, worker: Worker, parent_body: dict[str, Any] | None
+) -> Iterator[None]:
+    """Hold the run's tree while it starts, if it has room: admission counted from a store
+    a burst may outrun (or was off), so the runs started are what is exact. Runs that
+    slipped past admission fail here, before any pod of theirs."""
+    if parent_body is None:
+        yield
+        return
+    chain = lineage.ancestry(storage, worker.namespace, parent_body)
+    root = chain[-1]
+
+    def started(body: dict[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        return bool((body.get("status") or {}).get("pod")) or (
+            storage.get_pod(worker.namespace, pod_name(name)) is not None
+        )
+
+    with lineage.tree_lock(worker.namespace, root["metadata"]["name"]):
+        shape = lineage.tree_shape(storage, worker.namespace, chain, started, worker.name)
+        check_tree(
+            lineage.tree_limits(storage, worker.namespace, root), root["spec"]["agent"], shape
+        )
+        yield
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:
