@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))  # tests.e2e.support: the same operator launcher t
 from tests.e2e.support import Cluster, Operator, local_cluster, pod_runner, wait_until  # noqa: E402
 
 from agentworkers.api import WorkerSpec  # noqa: E402
-from agentworkers.client import Client  # noqa: E402
+from agentworkers.client import Client, WorkerFinishedError  # noqa: E402
 
 NAMESPACE = "agentworkers-demo"
 BOLD, DIM, RESET = "\033[1m", "\033[2m", "\033[0m"
@@ -140,6 +140,55 @@ def _worker(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def budget_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubectl: Any) -> None:
+    step("A tree stopped by its token budget (a second agent, spec.tree.tokenBudget: 1500)")
+    spender = copy.deepcopy(config)
+    spender["metadata"] = {"name": "spender"}
+    spender["spec"].pop("virtualAgents", None)
+    spender["spec"].update(
+        # Scripted, whatever the planner talks to: each call reads 300 words of instructions.
+        model={
+            "provider": "scripted",
+            "model": "demo-small",
+            "script": [{"match": ".", "reply": "noted"}],
+        },
+        instructions="ponder " * 300,
+        limits={"maxSteps": 10},
+        tree={"tokenBudget": 1500},
+    )
+    kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(spender))
+    wait_until(
+        "the spender's revision",
+        lambda: (
+            cluster.kubectl_json("get", "ac", "spender", "-n", NAMESPACE)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
+    client.spawn("demo-lead", WorkerSpec(agent="spender", initial_message="lead", interactive=True))
+    client.wait("demo-lead", frozenset({"Idle"}), timeout=60)
+    for name in ("demo-helper-1", "demo-helper-2"):
+        spec = WorkerSpec(
+            agent="spender", parent="demo-lead", initial_message="go", interactive=True
+        )
+        client.spawn(name, spec)
+        client.wait(name, frozenset({"Idle"}), timeout=60)
+    for i in range(6):  # each query's call reads the whole conversation again
+        try:
+            client.query("demo-helper-1", f"and more {i}")
+            client.wait("demo-helper-1", frozenset({"Idle", "Killed"}), timeout=60)
+        except WorkerFinishedError:
+            break
+    client.wait("demo-helper-2", frozenset({"Killed"}), timeout=60)
+    kubectl(
+        "get", "events", "-n", NAMESPACE, "--field-selector", "reason=TreeBudgetExhausted",
+        "-o", "custom-columns=OBJECT:.involvedObject.name,MESSAGE:.message",
+    )  # fmt: skip
+    tree = client.get("demo-lead").status.tree
+    if tree is not None:
+        print(f"demo-lead's tree: {tree.tokens_used} of {tree.token_budget} tokens used")
+
+
 def demo(cluster: Cluster, kubectl: Any) -> int:
     examples = REPO / "examples"
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
@@ -200,6 +249,8 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
         "apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(deep), check=False
     )
     print(refused.stderr.strip())
+
+    budget_demo(cluster, client, config, kubectl)
 
     step("Kill a worker with a reason")
     client.wait("demo-idler", frozenset({"Idle"}), timeout=60)

@@ -169,6 +169,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
         "output": "",
         "error": "enough for today",
         "deleted": True,
+        "killedChildren": [],  # it had none
     }
     assert "collect w1: " in collected.stderr
     cli(cluster, namespace, "inspect", "w1", code=3)  # collected: removed
@@ -272,13 +273,19 @@ def test_explain_names_the_layer_behind_each_field(cluster: Cluster, namespace: 
     assert child["instructions"][1] == "agent"
     assert child["blocks"][1] == "profile"
     tree = {f["field"]: (f["value"], f["layer"]) for f in found["tree"]}
+    deadline_at = tree.pop("clock.deadlineAt")
     assert tree == {
         "tree.root": ("parent", "tree"),
         "tree.depth": (1, "tree"),
+        "clock.deadlineSeconds": (600, "AgentConfig/planner"),
+        "clock.idleTimeoutSeconds": (None, "none"),
+        "clock.ttlSecondsAfterFinished": (None, "none"),
         "tree.maxDepth": (3, "AgentConfig/planner"),
         "tree.maxChildren": (10, "AgentConfig/planner"),
         "tree.maxLiveDescendants": (50, "AgentConfig/planner"),
     }
+    # Started after its parent, with the same 600 s: cut to what was left of the parent's.
+    assert deadline_at[1] == "parent parent"
 
     _, hungry = layers("hungry")
     assert hungry["maxSteps"] == (50, "clamp")

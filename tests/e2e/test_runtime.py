@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from agentworkers.api import WorkerSpec
-from agentworkers.client import Client
+from agentworkers.client import Client, TreeLimitError, WorkerFinishedError
 from tests.e2e.support import CONFIG, PROFILES, Cluster, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
@@ -298,3 +298,120 @@ def test_a_run_against_an_openai_compatible_endpoint_with_its_key_from_a_secret(
         m for m in _ChatCompletions.seen[1]["body"]["messages"] if m["role"] == "tool"
     )
     assert tool_reply["tool_call_id"] == "call_1" and "plan.md" in tool_reply["content"]
+
+
+def _events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:
+    return list(
+        cluster.kubectl_json(
+            "get", "events", "-n", namespace, "--field-selector", f"reason={reason}"
+        )["items"]
+    )
+
+
+def test_an_idle_run_past_its_idle_timeout_ends_and_frees_its_pod(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    _agent(cluster, namespace, [{"reply": "ready"}])
+    client.spawn(
+        "chat",
+        WorkerSpec(
+            agent="planner", initial_message="start", interactive=True, idle_timeout_seconds=3
+        ),
+    )
+    assert _settled(client, "chat", "Idle").status.idle_since
+    info = _settled(client, "chat", "Done", timeout=30)
+    assert info.status.output == "ready"
+    ready = next(c for c in info.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "IdleTimeout")
+    wait_until(
+        "the pod to go",
+        lambda: cluster.kubectl("get", "pod", "chat", "-n", namespace, check=False).returncode,
+    )
+    (event,) = _events(cluster, namespace, "IdleTimeout")
+    assert "Idle for 3 s (idleTimeoutSeconds)" in event["message"]
+    assert not _events(cluster, namespace, "Completed")  # one Event for the end, not two
+
+
+def test_a_finished_run_is_deleted_after_its_ttl(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    _agent(cluster, namespace, [{"reply": "done"}])
+    client.spawn(
+        "brief",
+        WorkerSpec(agent="planner", initial_message="go", ttl_seconds_after_finished=2),
+    )
+    wait_until(
+        "the finished run to be deleted",
+        lambda: cluster.kubectl("get", "worker", "brief", "-n", namespace, check=False).returncode,
+        timeout=60,
+    )
+    (event,) = _events(cluster, namespace, "TTLExpired")
+    assert event["involvedObject"]["name"] == "brief"
+    assert "finished 2 s ago (ttlSecondsAfterFinished): deleted" in event["message"]
+    assert [e["involvedObject"]["name"] for e in _events(cluster, namespace, "Completed")] == [
+        "brief"
+    ]
+
+
+def test_a_tree_that_spends_its_token_budget_is_stopped_below_its_root(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["model"]["script"] = [{"match": ".", "reply": "noted"}]
+    # Every model call reads the instructions: 300 tokens of the scripted model's count.
+    config["spec"]["instructions"] = "ponder " * 300
+    config["spec"]["limits"].pop("tokenBudget")
+    config["spec"]["tree"] = {"tokenBudget": 1500}
+    cluster.kubectl(
+        "apply",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, config]),
+    )
+    wait_until(
+        "the agent's first revision",
+        lambda: (
+            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
+    client.spawn("root", WorkerSpec(agent="planner", initial_message="lead", interactive=True))
+    _settled(client, "root", "Idle")
+    for name in ("a", "b"):
+        client.spawn(
+            name, WorkerSpec(agent="planner", parent="root", initial_message="go", interactive=True)
+        )
+    for name in ("a", "b"):
+        used = _settled(client, name, "Idle").status.tokens_used
+        assert used is not None and used.prompt > 300 and used.completion == 1  # "noted"
+    # Each query's call reads the whole conversation again: the tree soon runs out.
+    for i in range(6):
+        try:
+            client.query("a", f"more {i}")
+        except WorkerFinishedError:
+            break  # killed meanwhile
+        wait_until(
+            "a's answer or its end",
+            lambda n=i + 1: (
+                (s := client.get("a").status).phase == "Killed" or s.queries_delivered == n
+            ),
+        )
+    for name in ("a", "b"):
+        status = _settled(client, name, "Killed").status
+        assert status.error is not None
+        assert status.error.startswith("TreeBudgetExhausted: the tree used "), status.error
+        assert status.error.endswith(" of its 1500 tokens")
+    killed = sorted(
+        e["involvedObject"]["name"] for e in _events(cluster, namespace, "TreeBudgetExhausted")
+    )
+    assert killed == ["a", "b", "root"]  # one Event each, and the root told once
+    tree = client.get("root").status.tree
+    assert tree is not None and tree.budget_exhausted and tree.tokens_used >= 1500
+    assert client.get("root").status.phase == "Idle"  # the root itself goes on
+    with pytest.raises(TreeLimitError) as refused:
+        client.spawn("c", WorkerSpec(agent="planner", parent="root", initial_message="late"))
+    assert refused.value.reason == "TreeBudget"
+    assert "has 0 of its tokenBudget 1500 tokens left" in str(refused.value)

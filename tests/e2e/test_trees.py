@@ -113,3 +113,21 @@ def test_a_spawn_too_deep_is_refused_before_it_persists(cluster: Cluster, namesp
     ) in refused.stderr
     missing = cluster.kubectl("get", "worker", "grandchild", "-n", namespace, check=False)
     assert missing.returncode != 0  # nothing persisted
+
+
+def test_a_child_s_deadline_never_outlives_its_parent_s(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    _agent(cluster, namespace)
+    client.spawn("root", WorkerSpec(agent="planner", initial_message="x", deadline_seconds=120))
+    wait_until("root's pod", lambda: client.get("root").status.pod)
+    client.spawn(
+        "kid",
+        WorkerSpec(agent="planner", parent="root", initial_message="y", deadline_seconds=3600),
+    )
+    wait_until("kid's pod", lambda: client.get("kid").status.pod)
+    pod = cluster.kubectl_json("get", "pod", "kid", "-n", namespace)
+    assert 100 <= pod["spec"]["activeDeadlineSeconds"] <= 120
+    root, kid = client.get("root").status, client.get("kid").status
+    assert kid.deadline_at is not None and root.deadline_at is not None
+    assert kid.deadline_at <= root.deadline_at

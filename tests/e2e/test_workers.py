@@ -512,3 +512,6 @@ def test_a_kill_reaches_the_whole_tree(
         ("child", "Killed"),
     ]
     assert [n.worker.name for n in tree.children[0].children] == ["grandchild"]
+    collected = client.collect("root")
+    assert (collected.phase, collected.error) == ("Killed", "over budget")
+    assert collected.killed_children == ("child",)  # the grandchild is the child's

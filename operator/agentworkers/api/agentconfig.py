@@ -105,6 +105,15 @@ class TreeLimits(KubeModel):
         ge=0,
     )
 
+    token_budget: StrictInt | None = Field(
+        default=None,
+        description="Most tokens the root and every run below it may use together (the "
+        "runtimes' reports). A spawn is refused when what is left is less than the child's "
+        "own limits.tokenBudget; when the tree runs out, every live run below the root is "
+        "killed (TreeBudgetExhausted). Omit for none.",
+        ge=1,
+    )
+
     @property
     def depth(self) -> int:
         return DEFAULT_MAX_DEPTH if self.max_depth is None else self.max_depth
@@ -148,6 +157,18 @@ class WorkerTemplate(KubeModel):
         default=None,
         description="activeDeadlineSeconds of the pod: the longest a run may take.",
         ge=1,
+    )
+    idle_timeout_seconds: StrictInt | None = Field(
+        default=None,
+        description="How long an interactive run may wait Idle before it ends (IdleTimeout); "
+        "omit for no limit. A Worker's own wins.",
+        ge=1,
+    )
+    ttl_seconds_after_finished: StrictInt | None = Field(
+        default=None,
+        description="How long a finished run nobody has to collect stays before it is deleted; "
+        "omit to keep it. A Worker's own wins.",
+        ge=0,
     )
 
 

@@ -45,10 +45,17 @@ RUN_FAILED: Final = "RunFailed"  # Failed in the runtime (the model, a tool): st
 POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
 POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason
+# The clocks (one Event each):
+IDLE_TIMEOUT: Final = "IdleTimeout"  # Done: Idle longer than idleTimeoutSeconds; pod freed
+TTL_EXPIRED: Final = "TTLExpired"  # deleted ttlSecondsAfterFinished after it finished
 # A spawn past a tree limit (refused at admission; Failed if one slips past it):
 TREE_TOO_DEEP: Final = "TreeTooDeep"  # spec.tree.maxDepth
 TOO_MANY_CHILDREN: Final = "TooManyChildren"  # spec.tree.maxChildren
 TREE_FULL: Final = "TreeFull"  # spec.tree.maxLiveDescendants
+TREE_BUDGET: Final = "TreeBudget"  # spec.tree.tokenBudget: less left than the child's own
+# The tree used its spec.tree.tokenBudget: each live run below the root is killed (one Event
+# each), and the root told (one Event).
+TREE_BUDGET_EXHAUSTED: Final = "TreeBudgetExhausted"
 
 # --- AgentConfig and profile reasons -------------------------------------------------
 

@@ -114,8 +114,21 @@ class WorkerSpec(KubeModel):
     )
     deadline_seconds: StrictInt | None = Field(
         default=None,
-        description="Longest the run may take; defaults to the AgentConfig's.",
+        description="Longest the run may take; defaults to the AgentConfig's. A child's "
+        "never outlives what is left of its parent's.",
         ge=1,
+    )
+    idle_timeout_seconds: StrictInt | None = Field(
+        default=None,
+        description="How long an interactive run may wait Idle for a query before it ends "
+        "(Done, reason IdleTimeout) and frees its pod; defaults to the AgentConfig's.",
+        ge=1,
+    )
+    ttl_seconds_after_finished: StrictInt | None = Field(
+        default=None,
+        description="How long a finished run stays before it is deleted, unless a parent "
+        "still has to collect it; defaults to the AgentConfig's (none: it stays).",
+        ge=0,
     )
 
 
@@ -149,6 +162,34 @@ class WorkerEvent(KubeModel):
     )
 
 
+class TokenUsage(KubeModel):
+    """Tokens a run's model calls used, as the provider reported them."""
+
+    prompt: StrictInt = Field(default=0, description="Prompt (input) tokens.", ge=0)
+    completion: StrictInt = Field(default=0, description="Completion (output) tokens.", ge=0)
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+class TreeStatus(KubeModel):
+    """A top-level run's tree, as the operator last summed it."""
+
+    runs: StrictInt = Field(default=0, description="Runs below the root (every phase).", ge=0)
+    live: StrictInt = Field(default=0, description="Runs below the root not ended.", ge=0)
+    tokens_used: StrictInt = Field(
+        default=0, description="Tokens the root and every run below it used.", ge=0
+    )
+    token_budget: StrictInt | None = Field(
+        default=None, description="The tree's budget (AgentConfig spec.tree.tokenBudget)."
+    )
+    budget_exhausted: bool = Field(
+        default=False, description="The tree ran out of its budget; its runs below were killed."
+    )
+    summed_at: StrictStr | None = Field(default=None, description="When it was last summed.")
+
+
 class WorkerStatus(KubeModel):
     """What the run is doing, as the operator and the runtime report it."""
 
@@ -167,6 +208,19 @@ class WorkerStatus(KubeModel):
     started_at: StrictStr | None = Field(default=None, description="When the run started.")
     updated_at: StrictStr | None = Field(default=None, description="When the status last changed.")
     pod: StrictStr | None = Field(default=None, description="The run's pod.")
+    deadline_at: StrictStr | None = Field(
+        default=None,
+        description="When the run's deadline runs out (its children's, at the latest).",
+    )
+    idle_since: StrictStr | None = Field(
+        default=None, description="Since when the run waits Idle (the runtime's report)."
+    )
+    tokens_used: TokenUsage | None = Field(
+        default=None, description="Tokens this run used so far (the runtime's report)."
+    )
+    tree: TreeStatus | None = Field(
+        default=None, description="For a top-level run: its tree's size and token use."
+    )
     frozen_revision: RevisionRef | None = Field(
         default=None,
         description="The agent's revision this run froze at its start: its children's profiles "

@@ -124,6 +124,18 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--parent", help="the spawning worker (needed with --profile)")
     p.add_argument("--profile", help="a virtual-agent profile key from the parent's frozen map")
     p.add_argument("--deadline", type=int, metavar="SECONDS", help="longest the run may take")
+    p.add_argument(
+        "--idle-timeout",
+        type=int,
+        metavar="SECONDS",
+        help="an interactive run Idle this long ends (Done) and frees its pod",
+    )
+    p.add_argument(
+        "--ttl",
+        type=int,
+        metavar="SECONDS",
+        help="delete the run this long after it finished (unless a parent collects it)",
+    )
     p.add_argument("--suspend", action="store_true", help="bind now, start the run later")
     p.add_argument(
         "-i",

@@ -169,14 +169,15 @@ def tree_text(root: TreeNode) -> str:
     def walk(node: TreeNode, lead: str, branch: str) -> None:
         w = node.worker
         why = w.status.error if w.phase in ("Failed", "Killed") else w.waiting
-        rows.append((lead + branch + w.name, w.phase, w.spec.profile, age(w.created), why))
+        used = w.status.tokens_used.total if w.status.tokens_used else None
+        rows.append((lead + branch + w.name, w.phase, w.spec.profile, used, age(w.created), why))
         for i, child in enumerate(node.children):
             last = i == len(node.children) - 1
             below = lead + ("    " if branch in ("", "└── ") else "│   ")
             walk(child, below if branch else "", "└── " if last else "├── ")
 
     walk(root, "", "")
-    return table(("NAME", "PHASE", "PROFILE", "AGE", "REASON"), rows, verbatim=(0,))
+    return table(("NAME", "PHASE", "PROFILE", "TOKENS", "AGE", "REASON"), rows, verbatim=(0,))
 
 
 def inspection_text(found: Inspection, since: int) -> str:
@@ -224,6 +225,11 @@ def collect_text(result: CollectResult) -> str:
             ("Name", result.name),
             ("Phase", result.phase),
             ("Error", result.error),
+            *(
+                [("Killed children", ", ".join(result.killed_children))]
+                if result.killed_children
+                else []
+            ),
             ("Output", result.output),
         ]
     )

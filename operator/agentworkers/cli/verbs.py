@@ -147,6 +147,8 @@ _SPEC_FLAGS = {  # flag dest -> WorkerSpec field, as the API spells it
     "parent": "parent",
     "profile": "profile",
     "deadline": "deadlineSeconds",
+    "idle_timeout": "idleTimeoutSeconds",
+    "ttl": "ttlSecondsAfterFinished",
 }
 
 

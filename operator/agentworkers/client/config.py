@@ -126,6 +126,29 @@ class ConfigReads(Reads):
             self._tree(body),
         )
 
+    def _clocks(self, chain: builtins.list[Body]) -> builtins.list[ExplainedField]:
+        """The run's three clocks and where each came from: its own spec, its agent's
+        `spec.worker`, or (a deadline) cut to what was left of its parent's."""
+        spec, status = chain[0].get("spec") or {}, chain[0].get("status") or {}
+        try:
+            template = (self._agent_body(spec["agent"]).get("spec") or {}).get("worker") or {}
+        except NotFoundError:
+            template = {}
+        found = []
+        for key in ("deadlineSeconds", "idleTimeoutSeconds", "ttlSecondsAfterFinished"):
+            value, layer = spec.get(key), "worker"
+            if value is None:
+                value, layer = template.get(key), f"AgentConfig/{spec['agent']}"
+            found.append(
+                ExplainedField(f"clock.{key}", value, layer if value is not None else "none")
+            )
+        if status.get("deadlineAt"):
+            parent = chain[1] if len(chain) > 1 else {}
+            cut = (parent.get("status") or {}).get("deadlineAt") == status["deadlineAt"]
+            layer = f"parent {parent['metadata']['name']}" if cut else "start + deadlineSeconds"
+            found.append(ExplainedField("clock.deadlineAt", status["deadlineAt"], layer))
+        return found
+
     def _tree(self, body: Body) -> tuple[ExplainedField, ...]:
         """The run's place in its tree and the tree's limits: the root's AgentConfig's
         `spec.tree`, or the defaults."""
@@ -145,6 +168,7 @@ class ConfigReads(Reads):
         ]
         return (
             *place,
+            *self._clocks(chain),
             *(
                 ExplainedField(f"tree.{key}", value, f"AgentConfig/{agent}" if set_ else "default")
                 for key, value, set_ in (

@@ -45,7 +45,13 @@ _REFUSALS: dict[str, type[AgentWorkersError]] = {
     WorkerFinishedError.reason: WorkerFinishedError,
     UnknownWorkerError.reason: UnknownWorkerError,
     **dict.fromkeys(
-        (reasons.TREE_TOO_DEEP, reasons.TOO_MANY_CHILDREN, reasons.TREE_FULL), TreeLimitError
+        (
+            reasons.TREE_TOO_DEEP,
+            reasons.TOO_MANY_CHILDREN,
+            reasons.TREE_FULL,
+            reasons.TREE_BUDGET,
+        ),
+        TreeLimitError,
     ),
 }
 

@@ -63,6 +63,9 @@ class CollectResult:
     error: str
     # Whether collect deleted the Worker (and with it its pod and children).
     deleted: bool = True
+    # For a killed run: its children the kill reached (names), when these credentials can
+    # list Workers (a runtime's cannot).
+    killed_children: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

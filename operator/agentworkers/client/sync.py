@@ -231,7 +231,8 @@ class Client(ConfigReads):
         error = info.status.error or ""
         if info.phase == "Killed" and not error:
             error = info.spec.kill.reason if info.spec.kill else "killed"
-        result = CollectResult(name, info.phase, info.status.output or "", error, not keep)
+        killed = self._killed_children(name) if info.phase == "Killed" else ()
+        result = CollectResult(name, info.phase, info.status.output or "", error, not keep, killed)
         if keep:
             return result
         # Marked first, so the operator does not take the deletion for a kill.
@@ -243,6 +244,17 @@ class Client(ConfigReads):
             with contextlib.suppress(UnknownWorkerError):
                 raise translate(e, self._unknown(name)) from e
         return result
+
+    def _killed_children(self, name: str) -> tuple[str, ...]:
+        try:
+            workers = self.list()
+        except ApiError as e:
+            if e.status == 403:  # a runtime's credentials read only its own children
+                return ()
+            raise
+        return tuple(
+            sorted(w.name for w in workers if w.spec.parent == name and w.phase == "Killed")
+        )
 
     def events(
         self,

@@ -159,7 +159,16 @@ def validate_worker(
         )
     if parent_body is not None:
         name = body["metadata"]["name"]
-        _check_tree(storage, namespace, name, parent_body, admitted or lineage.Admitted(), dry_run)
+        limits = ((config_body or {}).get("spec") or {}).get("limits") or {}
+        _check_tree(
+            storage,
+            namespace,
+            name,
+            parent_body,
+            admitted or lineage.Admitted(),
+            dry_run,
+            limits.get("tokenBudget"),
+        )
     if not worker.profile:
         return
     try:
@@ -185,9 +194,10 @@ def _check_tree(
     parent_body: dict[str, Any],
     admitted: lineage.Admitted,
     dry_run: bool,
+    child_budget: int | None,
 ) -> None:
     """The spawn fits its tree, counting the spawns just admitted; if it does (and is not
-    a dry run), it is admitted too."""
+    a dry run), it is admitted too. `child_budget`: the child's own token budget."""
     try:
         chain = lineage.ancestry(storage, namespace, parent_body)
         root = chain[-1]["metadata"]["name"]
@@ -202,11 +212,13 @@ def _check_tree(
                 depth=seen.depth,
                 children=seen.children + pending.count(seen.parent),
                 live=seen.live + len(pending),
+                tokens_used=seen.tokens_used,
             )
             check_tree(
                 lineage.tree_limits(storage, namespace, chain[-1]),
                 chain[-1]["spec"]["agent"],
                 shape,
+                child_budget,
             )
             if not dry_run:
                 admitted.add(namespace, root, name, seen.parent)

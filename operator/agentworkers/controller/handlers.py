@@ -16,6 +16,7 @@ Event runs in a thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -24,7 +25,8 @@ from typing import Any
 import kopf
 
 from agentworkers.api.names import WORKER_LABEL
-from agentworkers.controller import configs, metrics, workers
+from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.controller import configs, lineage, metrics, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
@@ -36,6 +38,7 @@ from agentworkers.controller.startup import (
     WORKERS,
     register_store,
 )
+from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
 
 # Workers, pods and profiles have event handlers here, which forget deletions themselves.
@@ -128,6 +131,17 @@ async def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.event(*WORKERS)
 async def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
+    # A run below a root changes its tree's sums (status.tree, the token budget): the root
+    # takes a pass too, once however many of its runs report meanwhile.
+    if (body.get("spec") or {}).get("parent"):
+        with contextlib.suppress(UnknownWorkerError):  # a link is missing: no tree to sum
+            root = lineage.ancestry(memo.store, meta["namespace"], dict(body))[-1]
+            memo.workers.attempt(meta["namespace"], root["metadata"]["name"])
+    elif ((body.get("status") or {}).get("tree") or {}).get("budgetExhausted"):
+        # A spent tree: each live run below stops itself, in its own pass.
+        for run in lineage.descendants(memo.store, meta["namespace"], meta["name"]):
+            if (run.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+                memo.workers.attempt(meta["namespace"], run["metadata"]["name"])
     if type == "DELETED":
         memo.store.forget("workers", body)
         memo.workers.drop((meta["namespace"], meta["name"]))

@@ -14,7 +14,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -48,6 +48,7 @@ def parent_run(
         agent=(parent_body.get("spec") or {}).get("agent", ""),
         frozen=_frozen(parent_body),
         bounded_by=bounded_by,
+        deadline_at=(parent_body.get("status") or {}).get("deadlineAt"),
     )
     return parent, ancestor
 
@@ -59,25 +60,29 @@ def profile_ancestor(
 
     A missing link fails closed: what cannot be shown unbounded is not treated as such.
     """
-    for _ in range(MAX_ANCESTRY):
-        spec = body.get("spec") or {}
-        if spec.get("profile"):
-            return body
-        if not spec.get("parent"):
-            return None
-        found = storage.get("workers", namespace, spec["parent"])
-        if found is None:
-            raise UnknownWorkerError(
-                field="spec.parent",
-                rule=f"worker {spec['parent']!r}, an ancestor of this run, does not exist",
-            )
-        body = found
-    raise UnknownWorkerError(
-        field="spec.parent", rule=f"the parent chain is longer than {MAX_ANCESTRY}"
+    return next(
+        (
+            run
+            for run in ancestry(storage, namespace, body)
+            if (run.get("spec") or {}).get("profile")
+        ),
+        None,
     )
 
 
-def ancestry(storage: Repository, namespace: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+class Lookup(Protocol):
+    """What a walk up a tree reads: the repository, or the store alone (no API read)."""
+
+    def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+
+class Tree(Lookup, Protocol):
+    """What a walk down a tree reads besides: the parent -> children index."""
+
+    def children(self, namespace: str, parent: str) -> list[str]: ...
+
+
+def ancestry(storage: Lookup, namespace: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """`body` and every run above it, up to the tree's root (the last one)."""
     chain = [body]
     for _ in range(MAX_ANCESTRY):
@@ -128,6 +133,7 @@ def tree_shape(
     run `skip` (already in the store, when the operator checks) left out."""
     parent, root = chain[0]["metadata"]["name"], chain[-1]["metadata"]["name"]
     children = live = 0
+    tokens = tokens_used(chain[-1])
     below = [root]
     while below:
         name = below.pop()
@@ -140,7 +146,26 @@ def tree_shape(
                 children += 1
             if (body.get("status") or {}).get("phase") not in TERMINAL_PHASES:
                 live += 1
-    return Shape(root=root, parent=parent, depth=len(chain), children=children, live=live)
+            tokens += tokens_used(body)
+    return Shape(root, parent, len(chain), children, live, tokens)
+
+
+def tokens_used(body: dict[str, Any]) -> int:
+    """The tokens a run's runtime reported it used."""
+    used = (body.get("status") or {}).get("tokensUsed") or {}
+    return int(used.get("prompt") or 0) + int(used.get("completion") or 0)
+
+
+def descendants(storage: Tree, namespace: str, root: str) -> list[dict[str, Any]]:
+    """Every run below `root`, from the store's index (parents before their children)."""
+    found, below = [], [root]
+    while below:
+        for child in storage.children(namespace, below.pop(0)):
+            body = storage.get("workers", namespace, child)
+            if body is not None:
+                found.append(body)
+                below.append(child)
+    return found
 
 
 _TREE_LOCKS = tuple(threading.Lock() for _ in range(64))

@@ -45,7 +45,15 @@ PIN_FAILURES = Counter(
     ["reason"],
 )
 KILLS = Counter(
-    "agentworkers_kills_total", "Runs killed, by how (spec.kill, parent, deletion).", ["via"]
+    "agentworkers_kills_total",
+    "Runs killed, by how (spec, parent, deletion, tree-budget).",
+    ["via"],
+)
+TREE_RUNS = Histogram(
+    "agentworkers_tree_runs",
+    "Runs below a top-level run, each time its tree is summed, by agent.",
+    ["agent"],
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
 )
 RUN_FAILURES = Counter(
     "agentworkers_run_failures_total", "Runs that ended Failed, by reason.", ["reason"]
@@ -81,6 +89,41 @@ class PhaseTracker:
 
 
 PHASES = PhaseTracker()
+
+TOKENS_USED = Gauge(
+    "agentworkers_tokens_used",
+    "Tokens the Workers that exist now used (their runtimes' reports), by agent, profile "
+    "('' for none) and kind (prompt, completion).",
+    ["agent", "profile", "kind"],
+)
+
+
+class TokenTracker:
+    """Keeps `agentworkers_tokens_used` from each worker's last known report."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, str, int, int]] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, uid: str, agent: str, profile: str, prompt: int, completion: int) -> None:
+        with self._lock:
+            self._add(self._seen.get(uid), -1)
+            self._seen[uid] = (agent, profile, prompt, completion)
+            self._add(self._seen[uid], 1)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._add(self._seen.pop(uid, None), -1)
+
+    @staticmethod
+    def _add(seen: tuple[str, str, int, int] | None, sign: int) -> None:
+        if seen is not None:
+            agent, profile, prompt, completion = seen
+            TOKENS_USED.labels(agent, profile, "prompt").inc(sign * prompt)
+            TOKENS_USED.labels(agent, profile, "completion").inc(sign * completion)
+
+
+TOKENS = TokenTracker()
 SHARDS_HELD = Gauge(
     "agentworkers_shards_held",
     "Shards of the namespaces this replica serves now (1 without --shards).",

@@ -61,12 +61,14 @@ class Worker:
         self.condition(reasons.READY, "False", reason, message)
         raise kopf.TemporaryError(message, delay=5)
 
-    def save(self, storage: Repository, before: dict[str, Any]) -> None:
-        """Write the fields that changed, if any but timestamps did.
+    def save(self, storage: Repository) -> None:
+        """Write the fields that changed since the status read (or last saved), if any but
+        timestamps did.
 
         Only on the version read: the runtime reports to the same status, and a stale
         write must not undo its report (a 409 makes the pass run again on fresh data).
         """
+        before = self.body.get("status") or {}
         status = self.status.model_copy(update={"observed_generation": self.generation})
         new, old = comparable(status.wire()), comparable(before)
         if new == old:
@@ -79,6 +81,7 @@ class Worker:
         )
         if version:
             self.body["metadata"]["resourceVersion"] = version
+            self.body["status"] = wire
 
 
 def load(body: dict[str, Any]) -> Worker:

@@ -23,6 +23,7 @@ from agentworkers.api.names import (
 from agentworkers.api.worker import InheritedBounds
 from agentworkers.controller import metrics
 from agentworkers.controller.worker_pass import Worker, load
+from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
@@ -143,8 +144,20 @@ def start(
     children = storage.children(worker.namespace, worker.name)
     if not storage.ensure_access(access_objects(worker.body, worker.spec.agent, children)):
         grant(storage, worker.body)  # made by an earlier pass: its children may have changed
+    deadline = clocks.deadline(
+        worker.spec.deadline_seconds or config.worker.deadline_seconds,
+        parent.deadline_at if parent else None,
+        dt.datetime.now(dt.UTC),
+    )
+    if deadline is not None:
+        worker.update(deadline_at=deadline[1])
     pod = build_pod(
-        worker.body, worker.spec, config, effective, service_account=account_name(worker.name)
+        worker.body,
+        worker.spec,
+        config,
+        effective,
+        service_account=account_name(worker.name),
+        deadline_seconds=deadline[0] if deadline else None,
     )
     # A top-level run freezes its agent's active revision: its children bind against it.
     frozen = None if worker.spec.profile else active

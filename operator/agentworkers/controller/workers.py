@@ -18,11 +18,12 @@ from pydantic import ValidationError
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, reasons
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
-from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
+from agentworkers.api.worker import TERMINAL_PHASES, TreeStatus, WorkerSpec, WorkerStatus
 from agentworkers.controller import lineage, metrics
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, start
+from agentworkers.core import clocks
 from agentworkers.core.conditions import now
 from agentworkers.core.pods import owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
@@ -33,6 +34,8 @@ from agentworkers.kube.repository import Repository
 log = logging.getLogger(__name__)
 
 PARENT_KILLED = "parent killed: "
+# How often a busy tree's sums (status.tree) are written to its root, at most.
+TREE_SUM_SECONDS = 5.0
 # Seconds a started container's runtime has to report Running itself before the pod's
 # phase stands in for it: one status write per run fewer, when the runtime is alive.
 RUNTIME_REPORT_SECONDS = 3.0
@@ -43,7 +46,6 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
     body = storage.get("workers", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
-    before = body.get("status") or {}
     try:
         worker = load(body)
     except REFUSALS as error:
@@ -55,19 +57,29 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
         _fail(storage, worker, error)
     finally:
         metrics.PHASES.observe(body["metadata"]["uid"], worker.status.phase)
-        worker.save(storage, before)
+        if (used := worker.status.tokens_used) is not None:
+            metrics.TOKENS.observe(
+                body["metadata"]["uid"],
+                worker.spec.agent,
+                worker.spec.profile or "",
+                used.prompt,
+                used.completion,
+            )
+        worker.save(storage)
     if worker.again_in is not None:
         raise Later(worker.again_in)
 
 
 def _step(storage: Repository, worker: Worker) -> None:
+    if not worker.spec.parent:
+        _account_tree(storage, worker)
     if worker.status.phase in TERMINAL_PHASES:
         _ended(storage, worker)
         return
     if worker.spec.kill is not None:
         kill(storage, worker)
         return
-    if worker.spec.parent and _parent_killed(storage, worker):
+    if worker.spec.parent and (_tree_spent(storage, worker) or _parent_killed(storage, worker)):
         return
     config_body = storage.get("agentconfigs", worker.namespace, worker.spec.agent)
     if config_body is None:
@@ -124,18 +136,46 @@ def _step(storage: Repository, worker: Worker) -> None:
                 reason=reasons.POD_LOST,
             )
     if pod is None:
-        with _place_in_tree(storage, worker, parent_body):
+        with _place_in_tree(storage, worker, parent_body, config.limits.token_budget):
             pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
         raise RunFailedError(
             f"a pod named {pod_name(worker.name)} is not this run's", reason=reasons.POD_CONFLICT
         )
     _follow(worker, pod)
+    if worker.status.phase == "Idle":
+        _idle_clock(storage, worker, pod, config)
+
+
+def _idle_clock(
+    storage: Repository, worker: Worker, pod: dict[str, Any], config: AgentConfigSpec
+) -> None:
+    """An interactive run Idle past its idle timeout ends Done and frees its pod; until
+    then, a pass when it would."""
+    timeout = worker.spec.idle_timeout_seconds or config.worker.idle_timeout_seconds
+    left = clocks.seconds_left(worker.status.idle_since, timeout, dt.datetime.now(dt.UTC))
+    if left is None:
+        return
+    if left > 0:
+        worker.again(left)
+        return
+    message = f"Idle for {timeout} s (idleTimeoutSeconds): the run is Done and its pod freed"
+    worker.update(phase="Done", last_event=message)
+    worker.condition(reasons.READY, "False", reasons.IDLE_TIMEOUT, message)
+    # Saved before the pod goes: a query the runtime took meanwhile makes this write a
+    # conflict, and the run goes on.
+    worker.save(storage)
+    storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
+    log.info("%s", message, extra=_ref(worker))
+    storage.post_event(worker.body, "Normal", reasons.IDLE_TIMEOUT, message)
 
 
 @contextlib.contextmanager
 def _place_in_tree(
-    storage: Repository, worker: Worker, parent_body: dict[str, Any] | None
+    storage: Repository,
+    worker: Worker,
+    parent_body: dict[str, Any] | None,
+    child_budget: int | None,
 ) -> Iterator[None]:
     """Hold the run's tree while it starts, if it has room: admission counted from a store
     a burst may outrun (or was off), so the runs started are what is exact. Runs that
@@ -204,22 +244,48 @@ def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
 def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
-    operator decided have said so already (Ready is False then)."""
+    operator decided have said so already (Ready is False then). Then its TTL clock."""
     if worker.status.phase == "Killed":
         # Its runs below go with it; a pass cut short by an API error resumes here.
         _stop_descendants(storage, worker, worker.status.error or "killed")
     ready = next((c for c in worker.status.conditions if c.type == reasons.READY), None)
-    if ready is not None and ready.status == "False":
+    if ready is None or ready.status != "False":
+        if worker.status.phase == "Done":
+            type_, reason, message = "Normal", reasons.COMPLETED, "the run is Done"
+        elif worker.status.phase == "Failed":
+            why = worker.status.error or "no reason given"
+            type_, reason, message = "Warning", reasons.RUN_FAILED, f"the run failed: {why}"
+        else:
+            return
+        worker.condition(reasons.READY, "False", reason, message)
+        storage.post_event(worker.body, type_, reason, message)
+    _ttl_clock(storage, worker)
+
+
+def _ttl_clock(storage: Repository, worker: Worker) -> None:
+    """A finished run nobody has to collect (no parent, or one that has ended too) is
+    deleted `ttlSecondsAfterFinished` after it finished; until then, a pass when it is due."""
+    ttl = worker.spec.ttl_seconds_after_finished
+    if ttl is None:
+        config = storage.get("agentconfigs", worker.namespace, worker.spec.agent)
+        template = ((config or {}).get("spec") or {}).get("worker") or {}
+        ttl = template.get("ttlSecondsAfterFinished")
+    ready = next((c for c in worker.status.conditions if c.type == reasons.READY), None)
+    if ttl is None or ready is None:
         return
-    if worker.status.phase == "Done":
-        type_, reason, message = "Normal", reasons.COMPLETED, "the run is Done"
-    elif worker.status.phase == "Failed":
-        why = worker.status.error or "no reason given"
-        type_, reason, message = "Warning", reasons.RUN_FAILED, f"the run failed: {why}"
-    else:
+    if worker.spec.parent:
+        parent = storage.get("workers", worker.namespace, worker.spec.parent)
+        if parent is not None and (parent.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            worker.again(float(max(ttl, 1)))  # its parent may still collect it: look again
+            return
+    left = clocks.seconds_left(ready.last_transition_time, ttl, dt.datetime.now(dt.UTC))
+    if left is not None and left > 0:
+        worker.again(left)
         return
-    worker.condition(reasons.READY, "False", reason, message)
-    storage.post_event(worker.body, type_, reason, message)
+    message = f"finished {ttl} s ago (ttlSecondsAfterFinished): deleted"
+    log.info("%s", message, extra=_ref(worker))
+    storage.post_event(worker.body, "Normal", reasons.TTL_EXPIRED, message)
+    storage.delete_worker(worker.namespace, worker.name, worker.body["metadata"]["uid"])
 
 
 def kill(storage: Repository, worker: Worker) -> None:
@@ -230,12 +296,18 @@ def kill(storage: Repository, worker: Worker) -> None:
     _stop_descendants(storage, worker, worker.spec.kill.reason)
 
 
-def _stop(storage: Repository, worker: Worker, reason: str, by: str | None) -> None:
-    """A target condition, the pod gone, then Killed and one Event."""
+def _stop(
+    storage: Repository,
+    worker: Worker,
+    reason: str,
+    by: str | None,
+    event: str = reasons.KILLED,
+) -> None:
+    """A target condition, the pod gone, then Killed and one Event (reason `event`)."""
     who = f" by {by}" if by else ""
     message = f"killed{who}: {reason}"
     worker.condition(reasons.KILLED, "Unknown", reasons.KILLING, message)
-    worker.save(storage, worker.body.get("status") or {})
+    worker.save(storage)
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))
     if pod is not None and owned_by(pod, worker.body["metadata"]["uid"]):
         # Only this run's pod, and only the one we saw (a precondition on its uid).
@@ -244,13 +316,73 @@ def _stop(storage: Repository, worker: Worker, reason: str, by: str | None) -> N
     worker.condition(reasons.KILLED, "True", reasons.KILLED, message)
     worker.condition(reasons.READY, "False", reasons.KILLED, message)
     log.info("%s", message, extra=_ref(worker))
-    storage.post_event(worker.body, "Warning", reasons.KILLED, message)
+    storage.post_event(worker.body, "Warning", event, message)
+
+
+def _account_tree(storage: Repository, worker: Worker) -> None:
+    """A top-level run sums its tree (runs, live runs, tokens) into `status.tree`, at most
+    every TREE_SUM_SECONDS. Past the tree's tokenBudget it marks the tree spent (saved at
+    once, and the root told by one Event); each live run below then stops itself in its
+    own pass (`_tree_spent`), so that no Worker has two writers."""
+    below = lineage.descendants(storage, worker.namespace, worker.name)
+    previous = worker.status.tree
+    if not below and previous is None:
+        return  # a run alone: no tree to speak of
+    limits = lineage.tree_limits(storage, worker.namespace, worker.body)
+    budget = limits.token_budget if limits else None
+    used = lineage.tokens_used(worker.body) + sum(lineage.tokens_used(b) for b in below)
+    live = [b for b in below if (b.get("status") or {}).get("phase") not in TERMINAL_PHASES]
+    was_spent = previous is not None and previous.budget_exhausted
+    spent = was_spent or (budget is not None and used >= budget)
+    tree = TreeStatus(
+        runs=len(below),
+        live=len(live),
+        tokens_used=previous.tokens_used if was_spent and previous else used,
+        token_budget=budget,
+        budget_exhausted=spent,
+    )
+    if previous is not None and tree == previous.model_copy(update={"summed_at": None}):
+        return
+    left = clocks.seconds_left(
+        previous.summed_at if previous else None, TREE_SUM_SECONDS, dt.datetime.now(dt.UTC)
+    )
+    if left is not None and left > 0 and spent == was_spent:
+        worker.again(left)  # a busy tree is summed every few seconds, not on every report
+        return
+    metrics.TREE_RUNS.labels(agent=worker.spec.agent).observe(tree.runs)
+    worker.update(tree=tree.model_copy(update={"summed_at": now()}))
+    if spent and not was_spent:
+        worker.save(storage)  # before any run below reads it
+        storage.post_event(
+            worker.body,
+            "Warning",
+            reasons.TREE_BUDGET_EXHAUSTED,
+            f"the tree used {used} of its tokenBudget {budget}: its {len(live)} live runs "
+            "below are killed",
+        )
+
+
+def _tree_spent(storage: Repository, worker: Worker) -> bool:
+    """A run whose tree spent its token budget stops (TreeBudgetExhausted). True if so."""
+    root = lineage.ancestry(storage, worker.namespace, worker.body)[-1]
+    tree = (root.get("status") or {}).get("tree") or {}
+    if not tree.get("budgetExhausted"):
+        return False
+    reason = (
+        f"{reasons.TREE_BUDGET_EXHAUSTED}: the tree used {tree.get('tokensUsed')} of its "
+        f"{tree.get('tokenBudget')} tokens"
+    )
+    _stop(storage, worker, reason, root["metadata"]["name"], reasons.TREE_BUDGET_EXHAUSTED)
+    metrics.KILLS.labels(via="tree-budget").inc()
+    return True
 
 
 def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
     """A killed run's children go with it, each with the reason `parent killed: <reason>`
     and one Event, before the garbage collector removes them (its pods would otherwise
     run on until then). Their specs stay as their spawner wrote them."""
+    if reason.startswith(reasons.TREE_BUDGET_EXHAUSTED):
+        return  # the whole tree stops, each run for that reason (`_tree_spent`)
     cause = _from_parent(reason)
     for name in storage.children(worker.namespace, worker.name):
         body = storage.get("workers", worker.namespace, name)
@@ -262,10 +394,9 @@ def _stop_descendants(storage: Repository, worker: Worker, reason: str) -> None:
             continue  # a spec that does not decode has failed already, with no pod
         if child.status.phase in TERMINAL_PHASES:
             continue
-        before = body.get("status") or {}
         _stop(storage, child, cause, worker.name)
         metrics.KILLS.labels(via="parent").inc()
-        child.save(storage, before)
+        child.save(storage)
         _stop_descendants(storage, child, cause)
 
 
@@ -317,12 +448,13 @@ def _fail_unparsed(storage: Repository, body: dict[str, Any], error: Refusal) ->
         body, WorkerSpec(agent=body.get("spec", {}).get("agent") or "?"), WorkerStatus()
     )
     _fail(storage, worker, error)
-    worker.save(storage, {})
+    worker.save(storage)
 
 
 def deleted(storage: Repository, body: dict[str, Any]) -> None:
     """Deleting a Worker is a kill, unless it was collected or had already ended."""
     metrics.PHASES.observe(body["metadata"]["uid"], None)
+    metrics.TOKENS.forget(body["metadata"]["uid"])
     phase = (body.get("status") or {}).get("phase")
     collected = (body["metadata"].get("annotations") or {}).get(COLLECTED_ANNOTATION)
     if phase in TERMINAL_PHASES or collected:

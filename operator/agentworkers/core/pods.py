@@ -47,7 +47,9 @@ def build_pod(
     config: AgentConfigSpec,
     effective: EffectiveConfig,
     service_account: str | None = None,
+    deadline_seconds: int | None = None,
 ) -> dict[str, Any]:
+    """The run's pod; `deadline_seconds` its activeDeadlineSeconds (`core.clocks`)."""
     meta = worker_body["metadata"]
     name = meta["name"]
     # The secrets the run may use, and the agent's model key, which every run of it needs.
@@ -93,7 +95,6 @@ def build_pod(
     }
     if config.worker.resources:
         container["resources"] = {k: dict(v) for k, v in config.worker.resources.items()}
-    deadline = worker.deadline_seconds or config.worker.deadline_seconds
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
@@ -115,8 +116,8 @@ def build_pod(
     }
     if service_account:
         spec["serviceAccountName"] = service_account
-    if deadline:
-        spec["activeDeadlineSeconds"] = deadline
+    if deadline_seconds:
+        spec["activeDeadlineSeconds"] = deadline_seconds
     return {
         "apiVersion": "v1",
         "kind": "Pod",

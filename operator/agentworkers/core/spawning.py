@@ -47,6 +47,8 @@ class ParentRun:
     frozen: RevisionRef | None
     # The profile run this run is (itself) or runs below (an ancestor); None: neither.
     bounded_by: InheritedBounds | None = None
+    # When the parent's deadline runs out: its children's cannot run out later.
+    deadline_at: str | None = None
 
 
 def check_spawn(

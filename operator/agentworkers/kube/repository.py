@@ -76,6 +76,7 @@ class Repository(Protocol):
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
@@ -220,6 +221,11 @@ class Storage:
             self.store.forget(
                 "agentconfigrevisions", {"metadata": {"namespace": namespace, "name": name}}
             )
+
+    def delete_worker(self, namespace: str, name: str, uid: str) -> None:
+        """Delete this Worker (not a later one of its name); the garbage collector takes
+        what it owns."""
+        self._delete("workers", namespace, name, {"preconditions": {"uid": uid}})
 
     def _delete(
         self, plural: str, namespace: str, name: str, options: Mapping[str, Any] | None = None

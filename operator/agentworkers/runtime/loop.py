@@ -119,7 +119,9 @@ class AgentLoop:
         prompt = system_prompt(config)
         self._messages = [Message("system", prompt)] if prompt else []
         self._steps = 0
-        self._tokens = 0
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self.on_usage: Callable[[int, int], None] | None = None  # (prompt, completion) so far
         self._output = ""
         self._status = ""
         self._turn_lock = threading.Lock()  # one turn at a time, whoever calls
@@ -142,7 +144,7 @@ class AgentLoop:
     @property
     def tokens(self) -> int:
         """Tokens the model reported so far, over the run."""
-        return self._tokens
+        return self._prompt_tokens + self._completion_tokens
 
     def output(self) -> str:
         """The final answer of the last turn that completed."""
@@ -256,14 +258,17 @@ class AgentLoop:
         limit, budget = self._config.max_steps, self._config.token_budget
         if self._steps >= limit:
             raise StepLimitExceeded(f"max_steps ({limit}) exhausted")
-        if budget > 0 and self._tokens >= budget:
-            raise TokenBudgetExceeded(f"token_budget ({budget}) spent: {self._tokens} tokens")
+        if budget > 0 and self.tokens >= budget:
+            raise TokenBudgetExceeded(f"token_budget ({budget}) spent: {self.tokens} tokens")
         self._steps += 1
         reply = self._model.complete(list(self._messages), tools, self._params)
-        self._tokens += reply.usage_tokens
-        if budget > 0 and self._tokens > budget:
+        self._prompt_tokens += reply.prompt_tokens
+        self._completion_tokens += reply.completion_tokens
+        if self.on_usage is not None:
+            self.on_usage(self._prompt_tokens, self._completion_tokens)
+        if budget > 0 and self.tokens > budget:
             raise TokenBudgetExceeded(
-                f"token_budget ({budget}) exceeded: {self._tokens} tokens used"
+                f"token_budget ({budget}) exceeded: {self.tokens} tokens used"
             )
         return reply
 

@@ -211,6 +211,8 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
 
     def on_status(status: str, output: str | None, error: str | None) -> None:
         fields: dict[str, Any] = {"phase": PHASES.get(status, "Running")}
+        # The operator's idle clock runs from here (a merge patch's null clears it).
+        fields["idleSince"] = now() if status == IDLE else None
         if output is not None:
             fields["output"] = output
         if error is not None:
@@ -225,6 +227,10 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         Toolbox.for_config(config, tools),
         bus,
         on_status,
+    )
+    # The operator sums every run's usage into its tree's (AgentConfig spec.tree.tokenBudget).
+    loop.on_usage = lambda prompt, completion: reporter.report(
+        tokensUsed={"prompt": prompt, "completion": completion}
     )
     # SIGTERM (the pod is going away) ends the process, interrupting the watch; the
     # `finally` below still closes the loop and flushes the last report.

@@ -19,9 +19,9 @@ tool step); the ordered steps are used once each, and an exhausted script is a
 ModelError. For example, ``[{"thought": "look first"}, {"tool": "list_files"},
 {"reply": "done"}, {"match": "status", "reply": "all good"}]``.
 
-A scripted call's usage is the number of whitespace-separated words in the input
-messages' text plus the reply's (a tool call counts its name and JSON arguments), so
-token budgets are testable.
+A scripted call's usage is plausible and testable: its prompt tokens are the
+whitespace-separated words of the input messages' text, its completion tokens those of the
+reply (a tool call counts its name and JSON arguments).
 """
 
 from __future__ import annotations
@@ -114,7 +114,13 @@ class Reply:
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
-    usage_tokens: int = 0
+    # The model's usage for this call, as the provider reported it.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def usage_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 class ModelClient(Protocol):
@@ -231,7 +237,12 @@ def _parse_reply(body: dict[str, Any]) -> Reply:
             tool_calls=calls,
             # vLLM and DeepSeek say reasoning_content; others say reasoning.
             reasoning=message.get("reasoning_content") or message.get("reasoning"),
-            usage_tokens=int(usage.get("total_tokens") or 0),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            # A provider that reports only a total: counted as completion.
+            completion_tokens=int(
+                usage.get("completion_tokens")
+                or (0 if "prompt_tokens" in usage else usage.get("total_tokens") or 0)
+            ),
         )
     except (KeyError, IndexError, TypeError, AttributeError) as e:
         raise ModelError(
@@ -303,9 +314,11 @@ class ScriptedModel:
     def complete(self, messages: list[Message], tools: list[ToolSpec], params: Params) -> Reply:
         with self._lock:
             reply = self._keyed_reply(messages) or self._ordered_reply()
-        words = sum(_words(m.content) for m in messages) + _words(reply.content)
-        words += sum(_words(c.name) + _words(json.dumps(c.arguments)) for c in reply.tool_calls)
-        return Reply(reply.content, reply.tool_calls, reply.reasoning, usage_tokens=words)
+        prompt = sum(_words(m.content) for m in messages)
+        completion = _words(reply.content) + sum(
+            _words(c.name) + _words(json.dumps(c.arguments)) for c in reply.tool_calls
+        )
+        return Reply(reply.content, reply.tool_calls, reply.reasoning, prompt, completion)
 
     def _keyed_reply(self, messages: list[Message]) -> Reply | None:
         if not messages or messages[-1].role != "user":

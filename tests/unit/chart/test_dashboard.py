@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
 from agentworkers.controller import metrics
+from agentworkers.kube import api
 
 REPO = Path(__file__).resolve().parents[3]
 DASHBOARD = REPO / "charts" / "agentworkers" / "dashboards" / "agentworkers.json"
@@ -29,9 +30,10 @@ PROCESS = {"process_cpu_seconds_total", "process_resident_memory_bytes"}
 
 
 def operator_metrics() -> dict[str, str]:
-    """Family name -> type, for every metric object defined in agentworkers.controller.metrics."""
+    """Family name -> type, for every metric object the operator defines (its own in
+    agentworkers.controller.metrics, and the request counter of agentworkers.kube.api)."""
     families: dict[str, str] = {}
-    for value in vars(metrics).values():
+    for value in [*vars(metrics).values(), api.REQUESTS]:
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():
                 families[family.name] = family.type

@@ -30,13 +30,14 @@ def test_plain_spells_fields_as_the_api_does() -> None:
 
 
 def test_json_and_yaml_round_trip() -> None:
-    result = CollectResult("w1", "Killed", "", "over budget")
+    result = CollectResult("w1", "Killed", "", "over budget", killed_children=("w2",))
     expected = {
         "name": "w1",
         "phase": "Killed",
         "output": "",
         "error": "over budget",
         "deleted": True,
+        "killedChildren": ["w2"],
     }
     assert json.loads(dump(result, "json")) == expected
     assert yaml.safe_load(dump(result, "yaml")) == expected

@@ -86,6 +86,7 @@ def test_spawn_flags_become_spec_fields() -> None:
         "spawn", "w1", "-a", "planner", "-m", "hi", "--model", "m", "--skill", "a",
         "--skill", "b", "--reasoning-api", "adaptive", "--secret", "key", "--deadline", "60",
         "--suspend", "-l", "team=a", "--parent", "p", "--profile", "reviewer",
+        "--idle-timeout", "300", "--ttl", "3600",
     )  # fmt: skip
     name, fields, labels = spawn_request(args)
     assert name == "w1" and labels == {"team": "a"}
@@ -97,6 +98,8 @@ def test_spawn_flags_become_spec_fields() -> None:
         "reasoningAPI": "adaptive",
         "allowedSecrets": ["key"],
         "deadlineSeconds": 60,
+        "idleTimeoutSeconds": 300,
+        "ttlSecondsAfterFinished": 3600,
         "suspend": True,
         "parent": "p",
         "profile": "reviewer",

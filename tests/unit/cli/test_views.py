@@ -165,7 +165,7 @@ def _info(
 
 def test_a_spawn_tree_is_drawn_like_kubectl_tree() -> None:
     workers = [
-        _info("lead"),
+        _info("lead", tokensUsed={"prompt": 1200, "completion": 34}),
         _info("review", "lead", "Killed", error="parent killed: over budget"),
         _info("research", "lead"),
         _info("deep", "research", "Pending"),
@@ -177,6 +177,8 @@ def test_a_spawn_tree_is_drawn_like_kubectl_tree() -> None:
     names = [r[: r.index(" ", r.rindex("─ ") + 2 if "─ " in r else 0)] for r in rows[1:]]
     assert names == ["lead", "├── research", "│   └── deep", "└── review"]
     assert rows[-1].split()[-4:] == ["parent", "killed:", "over", "budget"]
+    assert rows[0].split()[:4] == ["NAME", "PHASE", "PROFILE", "TOKENS"]
+    assert "Running   <none>    1234" in rows[1]  # the tokens the run's model calls used
     assert spawn_tree(workers, "nobody") is None
 
 

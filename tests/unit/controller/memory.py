@@ -157,6 +157,12 @@ class Memory:
             del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
 
+    def delete_worker(self, namespace: str, name: str, uid: str) -> None:
+        worker = self.objects.get(("workers", namespace, name))
+        if worker is not None and worker["metadata"]["uid"] == uid:
+            del self.objects[("workers", namespace, name)]
+            self.writes.append(("DELETE", "workers", name))
+
     def ensure_access(self, objects: list[Body]) -> bool:
         created_role = False
         for obj in objects:

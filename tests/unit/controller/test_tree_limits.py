@@ -9,9 +9,10 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from agentworkers.api.agentconfig import TreeLimits
-from agentworkers.controller import admission, lineage
+from agentworkers.controller import admission, lineage, metrics
 from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import TreeLimitError
 from tests.unit.controller.memory import Memory
@@ -127,3 +128,70 @@ def test_runs_that_slipped_past_admission_fail_before_their_pod_and_the_rest_sta
     memory.put("workers", worker("late", parent="root"))
     reconcile(memory, "late")
     assert memory.find("pods", "late") is not None
+
+
+def _used(memory: Memory, name: str, prompt: int, completion: int) -> None:
+    """What the run's runtime reports of its model calls."""
+    status = memory.objects[("workers", "ns", name)].setdefault("status", {})
+    status["tokensUsed"] = {"prompt": prompt, "completion": completion}
+
+
+def test_a_spawn_is_refused_when_the_tree_has_less_left_than_the_child_s_budget() -> None:
+    memory = tree(tokenBudget=250000)  # the example agent's runs have tokenBudget 200000
+    _used(memory, "root", 40000, 10000)  # 200000 left: just enough
+    assert review(memory, "kid", "root", lineage.Admitted()) is None
+    _used(memory, "root", 40000, 10001)
+    refusal = review(memory, "kid", "root", lineage.Admitted())
+    assert refusal == (
+        "TreeBudget: spec.parent: the tree of 'root' has 199999 of its tokenBudget 250000 "
+        "tokens left, less than the child's own tokenBudget 200000 (AgentConfig planner's "
+        "spec.tree)"
+    )
+
+
+def test_a_tree_past_its_budget_has_every_live_run_below_killed_and_its_root_told() -> None:
+    memory = tree(tokenBudget=1000)
+    for name, parent in (("a", "root"), ("b", "root"), ("a1", "a")):
+        started(memory, name, parent=parent)
+    memory.objects[("workers", "ns", "b")]["status"]["phase"] = "Done"
+    _used(memory, "root", 300, 100)
+    _used(memory, "a1", 100, 100)
+    reconcile(memory, "root")
+    summed = memory.find("workers", "root")["status"]["tree"]  # type: ignore[index]
+    assert (summed["runs"], summed["live"], summed["tokensUsed"]) == (3, 2, 600)
+    assert not summed["budgetExhausted"]
+
+    _used(memory, "a", 250, 150)  # 1000 of 1000, a moment after the last sum: no waiting
+    reconcile(memory, "root")
+    summed = memory.find("workers", "root")["status"]["tree"]  # type: ignore[index]
+    assert summed["budgetExhausted"] and summed["tokensUsed"] == 1000
+    assert memory.reasons("root") == ["TreeBudgetExhausted"]
+    assert memory.find("pods", "a") is not None  # each run below stops itself, in its pass
+    for name in ("a", "a1", "b"):
+        reconcile(memory, name)
+    for name in ("a", "a1"):
+        status = memory.find("workers", name)["status"]  # type: ignore[index]
+        assert status["phase"] == "Killed", name
+        assert status["error"] == "TreeBudgetExhausted: the tree used 1000 of its 1000 tokens"
+        assert memory.reasons(name) == ["TreeBudgetExhausted"]  # one Event each
+        assert memory.find("pods", name) is None
+    assert memory.find("workers", "b")["status"]["phase"] == "Done"  # type: ignore[index]
+    memory.objects[("workers", "ns", "root")]["status"]["tree"]["summedAt"] = "2026-01-01T00:00:00Z"
+    reconcile(memory, "root")  # summed again (its last sum is old), and told once
+    summed = memory.find("workers", "root")["status"]["tree"]  # type: ignore[index]
+    assert summed["budgetExhausted"] and summed["live"] == 0
+    assert memory.reasons("root") == ["TreeBudgetExhausted"]
+
+
+def test_tokens_used_by_agent_and_profile_follow_each_run_s_last_report() -> None:
+    def value(kind: str) -> float:
+        labels = {"agent": "metered", "profile": "reviewer", "kind": kind}
+        return REGISTRY.get_sample_value("agentworkers_tokens_used", labels) or 0.0
+
+    metrics.TOKENS.observe("uid-1", "metered", "reviewer", 100, 10)
+    metrics.TOKENS.observe("uid-2", "metered", "reviewer", 50, 5)
+    metrics.TOKENS.observe("uid-1", "metered", "reviewer", 300, 30)  # a later report
+    assert (value("prompt"), value("completion")) == (350, 35)
+    metrics.TOKENS.forget("uid-1")  # collected
+    metrics.TOKENS.forget("uid-2")
+    assert (value("prompt"), value("completion")) == (0, 0)

@@ -450,3 +450,67 @@ def test_the_runtime_reports_running_itself_and_the_pod_stands_in_when_it_is_sil
     pod_phase(memory, "w", "Running", **_running_for(workers.RUNTIME_REPORT_SECONDS + 1))
     assert reconcile(memory, "w") == "done"
     assert memory.find("workers", "w")["status"]["phase"] == "Running"  # type: ignore[index]
+
+
+def _ago(seconds: float) -> str:
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _report(memory: Memory, name: str, **status: Any) -> None:
+    """What the run's runtime reports to its status."""
+    memory.objects[("workers", "ns", name)]["status"].update(status)
+
+
+def test_an_idle_run_past_its_idle_timeout_ends_done_and_frees_its_pod() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "chat", interactive=True, idleTimeoutSeconds=60)
+    _report(memory, "chat", phase="Idle", idleSince=_ago(10))
+    with pytest.raises(Later) as later:  # 50 s to go: a pass then, nothing before
+        workers.reconcile(memory, "ns", "chat")
+    assert 49 <= later.value.delay <= 51  # type: ignore[operator]
+    assert memory.find("pods", "chat") is not None
+    _report(memory, "chat", idleSince=_ago(61))
+    assert reconcile(memory, "chat") == "done"
+    status = memory.find("workers", "chat")["status"]  # type: ignore[index]
+    assert status["phase"] == "Done" and memory.find("pods", "chat") is None
+    assert memory.reasons("chat") == ["IdleTimeout"]  # one Event, and no Completed after it
+    reconcile(memory, "chat")
+    assert memory.reasons("chat") == ["IdleTimeout"]
+
+
+def test_a_finished_run_nobody_collects_is_deleted_after_its_ttl() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "w", ttlSecondsAfterFinished=30)
+    started(memory, "kid", parent="w", ttlSecondsAfterFinished=0)
+    _report(memory, "kid", phase="Done")
+    with pytest.raises(Later):  # its parent runs: it may still collect the child
+        workers.reconcile(memory, "ns", "kid")
+    assert memory.find("workers", "kid") is not None
+    _report(memory, "w", phase="Done")
+    with pytest.raises(Later) as later:  # finished just now: 30 s to go
+        workers.reconcile(memory, "ns", "w")
+    assert 28 <= later.value.delay <= 30  # type: ignore[operator]
+    ready = next(
+        c
+        for c in memory.objects[("workers", "ns", "w")]["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    ready["lastTransitionTime"] = _ago(31)
+    assert reconcile(memory, "w") == "done"
+    assert memory.find("workers", "w") is None
+    assert memory.reasons("w") == ["Completed", "TTLExpired"]
+    assert reconcile(memory, "kid") == "done"  # its parent is gone: nobody will collect it
+    assert memory.find("workers", "kid") is None
+
+
+def test_a_child_s_deadline_is_within_its_parent_s() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "parent", deadlineSeconds=100)
+    started(memory, "kid", parent="parent", deadlineSeconds=3600)
+    parent_ends = memory.find("workers", "parent")["status"]["deadlineAt"]  # type: ignore[index]
+    kid_ends = memory.find("workers", "kid")["status"]["deadlineAt"]  # type: ignore[index]
+    assert kid_ends == parent_ends  # cut to the parent's, exactly
+    assert 98 <= memory.find("pods", "kid")["spec"]["activeDeadlineSeconds"] <= 100  # type: ignore[index]

@@ -169,7 +169,7 @@ class Recorder:
     def complete(self, messages: list[Message], tools: list[ToolSpec], params: Params) -> Reply:
         self.sent.append(messages)
         self.tools.append([t.name for t in tools])
-        return Reply("ok", usage_tokens=1)
+        return Reply("ok", completion_tokens=1)
 
 
 def test_the_system_prompt_renders_instructions_and_named_blocks(tmp_path: Path) -> None:

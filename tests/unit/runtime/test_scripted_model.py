@@ -37,9 +37,13 @@ def test_replies_are_deterministic() -> None:
 
     assert first == second
     assert first[0] == Reply(
-        None, (ToolCall("call_1", "list_files", {"path": "."}),), "look first", usage_tokens=4
+        None,
+        (ToolCall("call_1", "list_files", {"path": "."}),),
+        "look first",
+        prompt_tokens=1,  # "go"
+        completion_tokens=3,  # the tool's name and its JSON arguments
     )
-    assert first[1] == Reply("two files", usage_tokens=3)
+    assert first[1] == Reply("two files", prompt_tokens=1, completion_tokens=2)
 
 
 def test_match_answers_user_messages_and_stays() -> None:
