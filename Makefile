@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist plugin bench clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist plugin bench faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ plugin: $(BIN)/.installed ## pack the kubectl plugin for krew (dist/plugin/: arc
 
 bench: $(BIN)/.installed ## run the benchmarks
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+faults: $(BIN)/.installed tools ## the fault suite: faults injected under load, invariants counted
+	$(BIN)/python bench/faults.py
 
 clean: cluster-down ## stop the control plane, remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache dist

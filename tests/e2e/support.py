@@ -189,6 +189,13 @@ class Operator:
         with log.open("ab") as out:
             return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
+    def crash(self, cluster: Cluster) -> None:
+        """SIGKILL (no graceful stop: a crash at whatever line it was), then start again."""
+        self.process.kill()
+        self.process.wait()
+        self.process = self._spawn(self.args, self.env, self.log)
+        self.wait_ready(cluster)
+
     def restart(self, cluster: Cluster) -> None:
         """Stop (SIGTERM) and start again, as a rollout or a crash-restart would."""
         self.stop()

@@ -3,7 +3,9 @@ and the watch-fed store (`agentworkers.kube.store`) that reconciles and reviews 
 
 kopf indexes every object before any handler runs, and holds handlers back until every
 indexed kind is listed; feeding the store from index functions therefore makes it complete
-before the first reconcile reads it. The index functions keep nothing in kopf's own index
+before the first reconcile reads it. Admission has no such wait of its own: `memo.synced`
+is set by the first namespace event, which kopf holds back the same way, and the webhook
+refuses reviews (503, try again) until then. The index functions keep nothing in kopf's own index
 (they return None). kopf does not call them for deletions: `register_store` adds an event
 handler per kind that forgets deleted objects, except for kinds whose reconcile handlers
 forget them already (one handler fewer per event).
@@ -11,6 +13,7 @@ forget them already (one handler fewer per event).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -63,6 +66,7 @@ def configure(
     logger.info("operating as %s", memo.identity)
     memo.store = Store()
     memo.storage = Storage(api, memo.store)
+    memo.synced = threading.Event()
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
 
@@ -90,6 +94,10 @@ def _forgetter(plural: str) -> Any:
     return forget
 
 
+async def _synced(memo: kopf.Memo, **_: Any) -> None:
+    memo.synced.set()
+
+
 def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
     """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
     whose own event handlers forget deletions."""
@@ -105,3 +113,6 @@ def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
         kopf.index(*resource, id=f"store_{plural}", **extra)(_indexer(plural))
         if plural not in skip:
             kopf.on.event(*resource, id=f"forget_{plural}", **extra)(_forgetter(plural))
+    # kopf runs no handler but its index functions until every indexed kind is listed: the
+    # first namespace event (there is always one) says the store is complete.
+    kopf.on.event("", "v1", "namespaces", id="store_synced")(_synced)

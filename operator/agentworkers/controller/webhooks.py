@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from typing import Any
 
 import kopf
@@ -30,8 +31,25 @@ WRITES = ["CREATE", "UPDATE"]
 SWITCH_INTERVAL = 0.0005  # seconds
 
 
-def checks(storage: Repository, operator: str | None) -> dict[str, Check]:
-    """Each webhook's check, by id; `operator` is the operator's own username."""
+def checks(
+    storage: Repository, operator: str | None, synced: threading.Event | None = None
+) -> dict[str, Check]:
+    """Each webhook's check, by id; `operator` is the operator's own username. Until
+    `synced` is set (the store has listed every kind), every review is refused as not
+    ready: answered from a store that is still filling, a spawn's parent would look
+    missing and a tree would look empty."""
+
+    def ready(check: Check) -> Check:
+        def gated(review: Review, warnings: list[str]) -> None:
+            if synced is not None and not synced.is_set():
+                raise kopf.AdmissionError(
+                    "the agentworkers operator is starting and has not read every object "
+                    "yet; try again in a moment",
+                    code=503,
+                )
+            check(review, warnings)
+
+        return gated
 
     def agent_config(review: Review, warnings: list[str]) -> None:
         meta = review.body["metadata"]
@@ -69,10 +87,10 @@ def checks(storage: Repository, operator: str | None) -> dict[str, Check]:
         admission.validate_revision(review.username, operator)
 
     return {
-        "agentconfig": agent_config,
-        "virtualagentprofile": profile,
-        "worker": worker,
-        "agentconfigrevision": revision,
+        "agentconfig": ready(agent_config),
+        "virtualagentprofile": ready(profile),
+        "worker": ready(worker),
+        "agentconfigrevision": ready(revision),
     }
 
 
@@ -83,7 +101,7 @@ def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # busy with watch events under a burst; a shorter switch interval (5 ms by default)
     # bounds each wait, at a small cost in throughput.
     sys.setswitchinterval(SWITCH_INTERVAL)
-    memo.checks = checks(memo.storage, memo.identity)
+    memo.checks = checks(memo.storage, memo.identity, memo.synced)
     settings.admission.server = options.webhook_server(memo.checks)
     settings.admission.managed = options.webhook_name
     # The server reads its certificate once: a new one restarts the process.

@@ -4,6 +4,7 @@ reason and field, and what passes (with its warnings)."""
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,8 @@ import kopf
 import pytest
 
 from agentworkers.api.names import BINDING_ANNOTATION
-from agentworkers.controller import admission
+from agentworkers.controller import admission, webhooks
+from agentworkers.controller.admission_server import answer
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import (
     CONFIG,
@@ -184,3 +186,18 @@ def test_only_the_operator_writes_revisions() -> None:
     admission.validate_revision(OPERATOR, OPERATOR)
     with pytest.raises(kopf.AdmissionError, match="RevisionWriteRefused"):
         admission.validate_revision(USER, OPERATOR)
+
+
+def test_no_review_is_answered_before_the_store_has_listed_everything() -> None:
+    """Right after a (re)start the store is still filling: a parent would look missing and
+    a tree empty. Until it is synced every review is refused as not ready (503: retry)."""
+    memory = scene()
+    synced = threading.Event()
+    answering = webhooks.checks(memory, OPERATOR, synced)
+    request = {"uid": "1", "object": {**worker("w", parent="parent"), "metadata": {
+        "name": "w", "namespace": "ns"}}, "userInfo": {"username": USER}}  # fmt: skip
+    refused = answer(request, answering, "worker")
+    assert refused["allowed"] is False and refused["status"]["code"] == 503
+    assert "has not read every object yet" in refused["status"]["message"]
+    synced.set()
+    assert answer(request, answering, "worker")["allowed"] is True

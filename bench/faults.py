@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Faults, injected while a workload runs, then invariants checked: nothing lost or doubled.
+
+    python bench/faults.py [--spawns 1000] [--kills 20] [--seconds 120]
+
+Scenario "operator crashes": spawns Workers at a steady pace (a third of them profiled
+children of running parents) while the operator is SIGKILLed at random moments and
+restarted each time. Spawns refused while no operator answers its webhook (writes fail
+closed) are retried, as a client would. Once every Worker has converged, it counts every
+invariant's violations (all expected 0):
+
+- a valid spawn refused (by a rule: not "try again" while the operator restarts);
+- a Worker with no pod, or more than one, or a pod that is not its Worker's;
+- a Worker that did not reach the phase its inputs imply (Running, on kwok's pods);
+- a spawn the API server accepted that is gone;
+- a binding annotation rewritten once written;
+- an AgentConfigRevision cut twice for one config.
+
+Bounded in count and time, loopback only; run it alone on the local control plane.
+`tests/e2e/test_faults.py` runs a short version in `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.e2e.support import (  # noqa: E402
+    CONFIG,
+    PROFILES,
+    Cluster,
+    Operator,
+    install_crds,
+    local_cluster,
+    wait_until,
+)
+
+from agentworkers.api.names import BINDING_ANNOTATION, WORKER_LABEL  # noqa: E402
+from agentworkers.errors import ApiError  # noqa: E402
+from agentworkers.kube.api import Api  # noqa: E402
+from agentworkers.kube.watch import observe  # noqa: E402
+
+INVARIANTS = (
+    "valid spawn refused",
+    "pods per Worker not 1",
+    "pod not its Worker's",
+    "Worker not converged",
+    "accepted spawn lost",
+    "binding rewritten",
+    "revision cut twice",
+)
+
+
+@dataclass
+class Report:
+    scenario: str
+    workload: str
+    faults: list[str] = field(default_factory=list)
+    converged_seconds: float = float("nan")
+    violations: dict[str, list[str]] = field(
+        default_factory=lambda: {name: [] for name in INVARIANTS}
+    )
+
+    def show(self) -> None:
+        print(f"\n== {self.scenario}: {self.workload}")
+        print(f"   faults injected: {len(self.faults)} ({', '.join(self.faults[:3])}, ...)")
+        print(f"   converged {self.converged_seconds:.1f} s after the last fault")
+        for name, found in self.violations.items():
+            example = f"  e.g. {found[0]}" if found else ""
+            print(f"   {name:28s} {len(found)}{example}")
+
+    @property
+    def clean(self) -> bool:
+        return not any(self.violations.values())
+
+
+def _worker(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": name},
+        "spec": {"agent": "planner", "initialMessage": "go", **spec},
+    }
+
+
+class Bindings:
+    """Every binding annotation each Worker ever had, from a watch."""
+
+    def __init__(self, api: Api, namespace: str) -> None:
+        self.seen: defaultdict[str, set[str]] = defaultdict(set)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(api, namespace), daemon=True)
+        self._thread.start()
+
+    def _run(self, api: Api, namespace: str) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, body in observe(api, "workers", namespace, heartbeat=1):
+                    if self._stop.is_set():
+                        return
+                    if kind in ("ADDED", "MODIFIED") and body is not None:
+                        meta = body["metadata"]
+                        binding = (meta.get("annotations") or {}).get(BINDING_ANNOTATION)
+                        if binding:
+                            self.seen[meta["name"]].add(binding)
+            except ApiError:
+                time.sleep(0.5)  # the API server's trouble: watch again
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def operator_crashes(cluster: Cluster, spawns: int, kills: int, seconds: float) -> Report:
+    """`spawns` Workers over `seconds`, with `kills` SIGKILLs of the operator meanwhile."""
+    api = Api(cluster.api)
+    prefix = f"faults{uuid.uuid4().hex[:4]}"
+    namespace = f"{prefix}-crashes"
+    parents = [f"parent-{i}" for i in range(max(1, spawns // 30))]
+    report = Report(
+        "operator crashes",
+        f"{spawns} spawns over {seconds:.0f} s ({spawns // 3} profiled children of "
+        f"{len(parents)} parents), {kills} SIGKILLs of the operator",
+    )
+    cluster.kubectl("create", "namespace", namespace)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Operator.start(
+            cluster,
+            Path(tmp),
+            f"--namespace={prefix}-*",
+            f"--webhook-name=agentworkers-{prefix}.io",
+        ) as operator,
+    ):
+        config = copy.deepcopy(CONFIG)
+        # The workload stays within the agent's tree limits: a refusal is a violation.
+        config["spec"]["tree"] = {"maxChildren": spawns, "maxLiveDescendants": spawns}
+        cluster.apply(namespace, *PROFILES, config)
+        wait_until("revision 1", lambda: _revisions(api, namespace) == 1)
+        for name in parents:
+            api.create("workers", namespace, _worker(name))
+        wait_until(
+            "the parents to start",
+            lambda: all(_status(api, namespace, p).get("frozenRevision") for p in parents),
+        )
+        bindings = Bindings(api, namespace)
+        accepted = _spawn_while_crashing(
+            cluster, operator, api, namespace, parents, (spawns, kills, seconds), report
+        )
+        last_fault = time.monotonic()
+        expected = {*parents, *accepted}
+
+        def converged() -> bool:
+            workers = _items(api, namespace, "workers")
+            return all((w.get("status") or {}).get("phase") == "Running" for w in workers) and len(
+                workers
+            ) >= len(expected)
+
+        with contextlib.suppress(AssertionError):  # what did not converge is counted below
+            wait_until("every Worker to converge", converged, timeout=120 + spawns / 5)
+        report.converged_seconds = time.monotonic() - last_fault
+        bindings.stop()
+        _check(api, namespace, expected, bindings, report)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    return report
+
+
+def _spawn_while_crashing(
+    cluster: Cluster,
+    operator: Operator,
+    api: Api,
+    namespace: str,
+    parents: list[str],
+    plan: tuple[int, int, float],
+    report: Report,
+) -> set[str]:
+    """Spawn at a steady pace, SIGKILLing the operator at random moments; the names the
+    API server accepted."""
+    spawns, kills, seconds = plan
+    accepted: set[str] = set()
+    started = time.monotonic()
+
+    def spawn(i: int) -> None:
+        name = f"w{i:05d}"
+        body = (
+            _worker(name, parent=parents[i % len(parents)], profile="reviewer")
+            if i % 3 == 0
+            else _worker(name)
+        )
+        deadline = time.monotonic() + seconds + 120
+        while time.monotonic() < deadline:
+            try:
+                api.create("workers", namespace, body)
+            except ApiError as e:
+                if e.cause is not None:  # a rule refused it: the spawn is invalid, or lost
+                    report.violations["valid spawn refused"].append(f"{name}: {e.cause}")
+                    return
+                if e.status != 409:  # 409: an earlier try went through after all
+                    # No operator answers its webhook yet: writes fail closed; try again.
+                    time.sleep(0.2)
+                    continue
+            accepted.add(name)
+            return
+
+    def crash() -> None:
+        operator.crash(cluster)
+        report.faults.append(f"SIGKILL at {time.monotonic() - started:.1f} s")
+
+    moments = sorted(random.uniform(0, seconds) for _ in range(kills))
+    with ThreadPoolExecutor(16) as pool:
+        futures = []
+        for i in range(spawns):
+            if (wait := started + i * seconds / spawns - time.monotonic()) > 0:
+                time.sleep(wait)
+            while moments and time.monotonic() - started >= moments[0]:
+                moments.pop(0)
+                crash()
+            futures.append(pool.submit(spawn, i))
+        for moment in moments:  # the window's last kills
+            time.sleep(max(0.0, started + moment - time.monotonic()))
+            crash()
+        for future in futures:
+            future.result()
+    return accepted
+
+
+def _check(api: Api, namespace: str, expected: set[str], bindings: Bindings, r: Report) -> None:
+    workers = {w["metadata"]["name"]: w for w in _items(api, namespace, "workers")}
+    pods = _items(api, namespace, "pods")
+    per_worker = Counter(p["metadata"]["labels"].get(WORKER_LABEL) for p in pods)
+    v = r.violations
+    for name, body in workers.items():
+        if per_worker[name] != 1:
+            v["pods per Worker not 1"].append(f"{name}: {per_worker[name]}")
+        if (body.get("status") or {}).get("phase") != "Running":
+            v["Worker not converged"].append(f"{name}: {(body.get('status') or {}).get('phase')}")
+    for pod in pods:
+        owner = pod["metadata"]["labels"].get(WORKER_LABEL)
+        uids = {o["uid"] for o in pod["metadata"].get("ownerReferences") or []}
+        if owner not in workers or workers[owner]["metadata"]["uid"] not in uids:
+            v["pod not its Worker's"].append(pod["metadata"]["name"])
+    v["accepted spawn lost"] += sorted(expected - workers.keys())
+    v["binding rewritten"] += sorted(n for n, seen in bindings.seen.items() if len(seen) > 1)
+    if (count := _revisions(api, namespace)) != 1:
+        v["revision cut twice"].append(f"{count} revisions for one config")
+
+
+def _items(api: Api, namespace: str, plural: str) -> list[dict[str, Any]]:
+    labels = WORKER_LABEL if plural == "pods" else ""
+    return list(api.list(plural, namespace, labels=labels).get("items", []))
+
+
+def _status(api: Api, namespace: str, name: str) -> dict[str, Any]:
+    return dict((api.get("workers", namespace, name) or {}).get("status") or {})
+
+
+def _revisions(api: Api, namespace: str) -> int:
+    return len(_items(api, namespace, "agentconfigrevisions"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spawns", type=int, default=1000)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=120, help="the spawning window")
+    args = parser.parse_args()
+    cluster = local_cluster()
+    install_crds(cluster)
+    report = operator_crashes(cluster, args.spawns, args.kills, args.seconds)
+    report.show()
+    print(json.dumps({"clean": report.clean}))
+    return 0 if report.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
