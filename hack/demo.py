@@ -131,6 +131,17 @@ def configured(cluster: Cluster, config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+def _first_revision(cluster: Cluster, agent: str) -> None:
+    wait_until(
+        f"{agent}'s first revision",
+        lambda: (
+            cluster.kubectl_json("get", "ac", agent, "-n", NAMESPACE)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
+
+
 def _worker(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "agentworkers.io/v1alpha1",
@@ -157,14 +168,7 @@ def budget_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubect
         tree={"tokenBudget": 1500},
     )
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(spender))
-    wait_until(
-        "the spender's revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "spender", "-n", NAMESPACE)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    _first_revision(cluster, "spender")
     client.spawn("demo-lead", WorkerSpec(agent="spender", initial_message="lead", interactive=True))
     client.wait("demo-lead", frozenset({"Idle"}), timeout=60)
     for name in ("demo-helper-1", "demo-helper-2"):
@@ -196,14 +200,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     config["spec"]["tree"] = {"maxDepth": 1, "maxChildren": 8, "maxLiveDescendants": 20}
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
-    wait_until(
-        "revision 1",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", NAMESPACE)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    _first_revision(cluster, "planner")
     time.sleep(1)
     kubectl("get", "agentworkers", "-n", NAMESPACE)
 

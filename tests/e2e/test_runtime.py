@@ -17,11 +17,19 @@ from tests.e2e.support import CONFIG, PROFILES, Cluster, wait_until
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
 
-def _agent(cluster: Cluster, namespace: str, script: list[dict[str, Any]], **limits: int) -> None:
-    """The example agent, its profiles, and a script its workers (children too) follow."""
+def _agent(
+    cluster: Cluster,
+    namespace: str,
+    script: list[dict[str, Any]],
+    spec: dict[str, Any] | None = None,
+    **limits: int,
+) -> None:
+    """The example agent, its profiles, and a script its workers (children too) follow;
+    `spec`: fields of the AgentConfig's spec to replace."""
     config = copy.deepcopy(CONFIG)
     config["spec"]["model"]["script"] = script
     config["spec"]["limits"].update(limits)
+    config["spec"].update(spec or {})
     cluster.kubectl(
         "apply",
         "-n",
@@ -356,28 +364,13 @@ def test_a_finished_run_is_deleted_after_its_ttl(
 def test_a_tree_that_spends_its_token_budget_is_stopped_below_its_root(
     cluster: Cluster, namespace: str, client: Client
 ) -> None:
-    config = copy.deepcopy(CONFIG)
-    config["spec"]["model"]["script"] = [{"match": ".", "reply": "noted"}]
-    # Every model call reads the instructions: 300 tokens of the scripted model's count.
-    config["spec"]["instructions"] = "ponder " * 300
-    config["spec"]["limits"].pop("tokenBudget")
-    config["spec"]["tree"] = {"tokenBudget": 1500}
-    cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, config]),
-    )
-    wait_until(
-        "the agent's first revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    spec = {
+        # Every model call reads the instructions: 300 tokens of the scripted model's count.
+        "instructions": "ponder " * 300,
+        "limits": {"maxSteps": 50},  # no budget of a run's own: the tree's is the one
+        "tree": {"tokenBudget": 1500},
+    }
+    _agent(cluster, namespace, [{"match": ".", "reply": "noted"}], spec)
     client.spawn("root", WorkerSpec(agent="planner", initial_message="lead", interactive=True))
     _settled(client, "root", "Idle")
     for name in ("a", "b"):
