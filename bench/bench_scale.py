@@ -43,6 +43,7 @@ from tests.e2e.support import (  # noqa: E402
     CONFIG,
     Cluster,
     Operator,
+    first_revision,
     install_crds,
     local_cluster,
     wait_until,
@@ -321,14 +322,7 @@ class Bench:
         namespace = self.namespace(label)
         if "worker" in label:
             self.cluster.apply(namespace, CONFIG)
-            wait_until(
-                "revision 1",
-                lambda: (
-                    self.cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-                    .get("status", {})
-                    .get("activeRevision")
-                ),
-            )
+            first_revision(self.cluster, namespace)
         url = path.format(namespace=namespace)
         due: dict[str, float] = {}
         calls: list[float] = []

@@ -31,7 +31,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.e2e.support: the same operator launcher the tests use
 
-from tests.e2e.support import Cluster, Operator, local_cluster, pod_runner, wait_until  # noqa: E402
+from tests.e2e.support import (  # noqa: E402
+    Cluster,
+    Operator,
+    first_revision,
+    local_cluster,
+    pod_runner,
+)
 
 from agentworkers.api import WorkerSpec  # noqa: E402
 from agentworkers.client import Client, WorkerFinishedError  # noqa: E402
@@ -131,17 +137,6 @@ def configured(cluster: Cluster, config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _first_revision(cluster: Cluster, agent: str) -> None:
-    wait_until(
-        f"{agent}'s first revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", agent, "-n", NAMESPACE)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
-
-
 def _worker(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "agentworkers.io/v1alpha1",
@@ -168,7 +163,7 @@ def budget_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubect
         tree={"tokenBudget": 1500},
     )
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(spender))
-    _first_revision(cluster, "spender")
+    first_revision(cluster, NAMESPACE, "spender")
     client.spawn("demo-lead", WorkerSpec(agent="spender", initial_message="lead", interactive=True))
     client.wait("demo-lead", frozenset({"Idle"}), timeout=60)
     for name in ("demo-helper-1", "demo-helper-2"):
@@ -200,7 +195,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     config["spec"]["tree"] = {"maxDepth": 1, "maxChildren": 8, "maxLiveDescendants": 20}
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
-    _first_revision(cluster, "planner")
+    first_revision(cluster, NAMESPACE)
     time.sleep(1)
     kubectl("get", "agentworkers", "-n", NAMESPACE)
 

@@ -27,6 +27,7 @@ from tests.e2e.support import (
     REPO,
     Cluster,
     Operator,
+    first_revision,
     install_crds,
     log_excerpt,
     pod_runner,
@@ -133,11 +134,4 @@ def planner(cluster: Cluster, namespace: str) -> dict[str, Any]:
     config = copy.deepcopy(CONFIG)
     config["spec"]["allowedSecrets"] = ["model-key"]
     cluster.apply(namespace, *PROFILES, config)
-    return wait_until(
-        "revision 1",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    return first_revision(cluster, namespace)

@@ -276,6 +276,18 @@ class Operator:
                 self.process.wait()
 
 
+def first_revision(cluster: Cluster, namespace: str, agent: str = "planner") -> dict[str, Any]:
+    """Wait for the agent's first AgentConfigRevision; its `activeRevision`."""
+    return wait_until(
+        f"{agent}'s first revision",
+        lambda: (
+            cluster.kubectl_json("get", "ac", agent, "-n", namespace)
+            .get("status", {})
+            .get("activeRevision")
+        ),
+    )
+
+
 def install_crds(cluster: Cluster) -> None:
     """The checked-in CRDs, applied and established (a no-op when they already are)."""
     files = [f"-f={f}" for f in sorted((REPO / "crds").glob("*.yaml"))]

@@ -12,7 +12,7 @@ import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client, TreeLimitError, WorkerFinishedError
-from tests.e2e.support import CONFIG, PROFILES, Cluster, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -38,14 +38,7 @@ def _agent(
         "-",
         stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, config]),
     )
-    wait_until(
-        "the agent's first revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    first_revision(cluster, namespace)
 
 
 def _settled(client: Client, name: str, phase: str, timeout: float = 60) -> Any:
@@ -284,14 +277,7 @@ def test_a_run_against_an_openai_compatible_endpoint_with_its_key_from_a_secret(
             apiKeySecret="model-key",
         )
         cluster.apply(namespace, config)
-        wait_until(
-            "revision 1",
-            lambda: (
-                cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-                .get("status", {})
-                .get("activeRevision")
-            ),
-        )
+        first_revision(cluster, namespace)
         client.spawn("real", WorkerSpec(agent="planner", initial_message="write the plan"))
         info = _settled(client, "real", "Done")
     finally:

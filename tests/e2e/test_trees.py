@@ -12,7 +12,7 @@ import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client, TreeLimitError
-from tests.e2e.support import CONFIG, PROFILES, Cluster, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, wait_until
 from tests.e2e.support import worker as _worker
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -27,14 +27,7 @@ def _agent(cluster: Cluster, namespace: str, **tree: int) -> None:
     config = copy.deepcopy(CONFIG)
     config["spec"]["tree"] = tree
     cluster.apply(namespace, *PROFILES, config)
-    wait_until(
-        "the agent's first revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", "planner", "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    first_revision(cluster, namespace)
 
 
 def _burst(client: Client, spawns: list[tuple[str, str]]) -> dict[str, str | None]:
