@@ -7,10 +7,8 @@ adopted when a crashed pass already made it; status is recomputed from what exis
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,8 +16,8 @@ from pydantic import ValidationError
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, reasons
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
-from agentworkers.api.worker import TERMINAL_PHASES, TreeStatus, WorkerSpec, WorkerStatus
-from agentworkers.controller import lineage, metrics
+from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
+from agentworkers.controller import lineage, metrics, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, start
@@ -27,15 +25,12 @@ from agentworkers.core import clocks
 from agentworkers.core.conditions import now
 from agentworkers.core.pods import owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
-from agentworkers.core.tree import check_tree
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
 
 log = logging.getLogger(__name__)
 
 PARENT_KILLED = "parent killed: "
-# How often a busy tree's sums (status.tree) are written to its root, at most.
-TREE_SUM_SECONDS = 5.0
 # Seconds a started container's runtime has to report Running itself before the pod's
 # phase stands in for it: one status write per run fewer, when the runtime is alive.
 RUNTIME_REPORT_SECONDS = 3.0
@@ -72,7 +67,7 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
 
 def _step(storage: Repository, worker: Worker) -> None:
     if not worker.spec.parent:
-        _account_tree(storage, worker)
+        worker_tree.account(storage, worker)
     if worker.status.phase in TERMINAL_PHASES:
         _ended(storage, worker)
         return
@@ -136,7 +131,7 @@ def _step(storage: Repository, worker: Worker) -> None:
                 reason=reasons.POD_LOST,
             )
     if pod is None:
-        with _place_in_tree(storage, worker, parent_body, config.limits.token_budget):
+        with worker_tree.place(storage, worker, parent_body, config.limits.token_budget):
             pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
         raise RunFailedError(
@@ -168,36 +163,6 @@ def _idle_clock(
     storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
     log.info("%s", message, extra=_ref(worker))
     storage.post_event(worker.body, "Normal", reasons.IDLE_TIMEOUT, message)
-
-
-@contextlib.contextmanager
-def _place_in_tree(
-    storage: Repository,
-    worker: Worker,
-    parent_body: dict[str, Any] | None,
-    child_budget: int | None,
-) -> Iterator[None]:
-    """Hold the run's tree while it starts, if it has room: admission counted from a store
-    a burst may outrun (or was off), so the runs started are what is exact. Runs that
-    slipped past admission fail here, before any pod of theirs."""
-    if parent_body is None:
-        yield
-        return
-    chain = lineage.ancestry(storage, worker.namespace, parent_body)
-    root = chain[-1]
-
-    def started(body: dict[str, Any]) -> bool:
-        name = body["metadata"]["name"]
-        return bool((body.get("status") or {}).get("pod")) or (
-            storage.get_pod(worker.namespace, pod_name(name)) is not None
-        )
-
-    with lineage.tree_lock(worker.namespace, root["metadata"]["name"]):
-        shape = lineage.tree_shape(storage, worker.namespace, chain, started, worker.name)
-        check_tree(
-            lineage.tree_limits(storage, worker.namespace, root), root["spec"]["agent"], shape
-        )
-        yield
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:
@@ -317,49 +282,6 @@ def _stop(
     worker.condition(reasons.READY, "False", reasons.KILLED, message)
     log.info("%s", message, extra=_ref(worker))
     storage.post_event(worker.body, "Warning", event, message)
-
-
-def _account_tree(storage: Repository, worker: Worker) -> None:
-    """A top-level run sums its tree (runs, live runs, tokens) into `status.tree`, at most
-    every TREE_SUM_SECONDS. Past the tree's tokenBudget it marks the tree spent (saved at
-    once, and the root told by one Event); each live run below then stops itself in its
-    own pass (`_tree_spent`), so that no Worker has two writers."""
-    below = lineage.descendants(storage, worker.namespace, worker.name)
-    previous = worker.status.tree
-    if not below and previous is None:
-        return  # a run alone: no tree to speak of
-    limits = lineage.tree_limits(storage, worker.namespace, worker.body)
-    budget = limits.token_budget if limits else None
-    used = lineage.tokens_used(worker.body) + sum(lineage.tokens_used(b) for b in below)
-    live = [b for b in below if (b.get("status") or {}).get("phase") not in TERMINAL_PHASES]
-    was_spent = previous is not None and previous.budget_exhausted
-    spent = was_spent or (budget is not None and used >= budget)
-    tree = TreeStatus(
-        runs=len(below),
-        live=len(live),
-        tokens_used=previous.tokens_used if was_spent and previous else used,
-        token_budget=budget,
-        budget_exhausted=spent,
-    )
-    if previous is not None and tree == previous.model_copy(update={"summed_at": None}):
-        return
-    left = clocks.seconds_left(
-        previous.summed_at if previous else None, TREE_SUM_SECONDS, dt.datetime.now(dt.UTC)
-    )
-    if left is not None and left > 0 and spent == was_spent:
-        worker.again(left)  # a busy tree is summed every few seconds, not on every report
-        return
-    metrics.TREE_RUNS.labels(agent=worker.spec.agent).observe(tree.runs)
-    worker.update(tree=tree.model_copy(update={"summed_at": now()}))
-    if spent and not was_spent:
-        worker.save(storage)  # before any run below reads it
-        storage.post_event(
-            worker.body,
-            "Warning",
-            reasons.TREE_BUDGET_EXHAUSTED,
-            f"the tree used {used} of its tokenBudget {budget}: its {len(live)} live runs "
-            "below are killed",
-        )
 
 
 def _tree_spent(storage: Repository, worker: Worker) -> bool:
