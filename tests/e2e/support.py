@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -209,7 +210,8 @@ class Operator:
         return next(given, "agentworkers.io")
 
     def wait_ready(self, cluster: Cluster) -> None:
-        """Metrics served and, unless it runs without one, its webhook pointing at it."""
+        """Metrics served and, unless it runs without one, its webhook pointing at it and
+        ready to answer."""
         wait_until("the operator to serve its metrics", self.ready, timeout=60)
         if "--no-webhook" in self.args:
             return
@@ -232,6 +234,22 @@ class Operator:
             )
 
         wait_until("the operator's admission webhook to be registered", registered, timeout=60)
+        wait_until("the operator's store to be filled (/readyz)", self.admits, timeout=60)
+
+    def admits(self) -> bool:
+        """Does its admission server say it is ready (`GET /readyz`)?"""
+        port = next(a.split("=", 1)[1] for a in self.args if a.startswith("--webhook-port="))
+        # Its certificate is self-signed: only the answer's code matters here.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/readyz", context=context, timeout=1
+            ) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
     def resumed(self, obj: tuple[str, str, str], after: int = 0) -> bool:
         """Has kopf finished resuming `(kind, namespace, name)`? Read from the JSON log

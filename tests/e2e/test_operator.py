@@ -81,5 +81,35 @@ def test_namespaces_created_while_the_operator_starts_are_served(
             core.delete_namespace(name)
 
 
+def test_admission_is_ready_before_any_namespace_it_serves_exists(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Admission answers from the store once kopf has indexed what it serves, even when
+    that is nothing yet: given patterns that match no namespace, /readyz says ready (the
+    fixture waits for it), and a namespace created after is admitted into at once."""
+    prefix = f"r{uuid.uuid4().hex[:4]}"
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    custom = kubernetes.client.CustomObjectsApi(cluster.api)
+    name = f"{prefix}-a"
+    with Operator.start(
+        cluster, tmp_path, f"--namespace={prefix}-*", f"--webhook-name=aw-{prefix}.io"
+    ) as operator:
+        assert operator.admits()
+        core.create_namespace(
+            {"metadata": {"name": name, "labels": {"agentworkers.io/test": "e2e"}}}
+        )
+        try:
+            config = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AgentConfig",
+                "metadata": {"name": "probe"},
+                "spec": {"model": {"provider": "scripted", "model": "m"}},
+            }
+            # No retry: a 503 (not ready) here fails the test.
+            custom.create_namespaced_custom_object(GROUP, VERSION, name, "agentconfigs", config)
+        finally:
+            core.delete_namespace(name)
+
+
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""

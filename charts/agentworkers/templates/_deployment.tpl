@@ -143,10 +143,23 @@ spec:
           livenessProbe:
             {{- toYaml . | nindent 12 }}
           {{- end }}
-          {{- with $root.Values.readinessProbe }}
           readinessProbe:
-            {{- toYaml . | nindent 12 }}
-          {{- end }}
+            {{- if $root.Values.readinessProbe }}
+            {{- toYaml $root.Values.readinessProbe | nindent 12 }}
+            {{- else }}
+            httpGet:
+              {{- if $webhook }}
+              path: /readyz
+              port: webhook
+              scheme: HTTPS
+              {{- else }}
+              path: /healthz
+              port: health
+              {{- end }}
+            periodSeconds: 5
+            timeoutSeconds: 5
+            failureThreshold: 3
+            {{- end }}
           resources:
             {{- toYaml $root.Values.resources | nindent 12 }}
           securityContext:

@@ -8,6 +8,8 @@ registered under its path (the kopf handler id) against the watch-fed store, and
 the response, so a review costs only its own few milliseconds of CPU.
 
 A refusal of ours carries its reason and field in the Status's `details.causes`.
+`GET /readyz` answers 200 once the store is complete (503 before): a readiness probe
+keeps reviews off a replica that would refuse them.
 """
 
 from __future__ import annotations
@@ -114,6 +116,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
 
+    def do_GET(self) -> None:
+        if urllib.parse.urlsplit(self.path).path != "/readyz":
+            self.send_error(404)
+            return
+        ready = self.server.ready()
+        data = b"ok\n" if ready else b"the store is still being filled\n"
+        self.send_response(200 if ready else 503)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def log_message(self, *_: object) -> None:
         pass  # the API server's own metrics and our refusal counters tell the story
 
@@ -122,10 +136,15 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], context: ssl.SSLContext, checks: Mapping[str, Check]
+        self,
+        address: tuple[str, int],
+        context: ssl.SSLContext,
+        checks: Mapping[str, Check],
+        ready: Callable[[], bool],
     ) -> None:
         self.context = context
         self.checks = checks
+        self.ready = ready
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
@@ -149,11 +168,19 @@ class ThreadedWebhookServer(kopf.WebhookServer):
     """kopf's WebhookServer (certificates, client config), answering on its own threads.
 
     `checks` maps a handler id to its check; kopf's `fn` (its own dispatch) is not used.
+    `ready` says whether the checks can answer (`/readyz`).
     """
 
-    def __init__(self, *, checks: Mapping[str, Check], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        checks: Mapping[str, Check],
+        ready: Callable[[], bool] = lambda: True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.checks = checks
+        self.ready = ready
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         cadata, context = self._build_ssl()
@@ -161,7 +188,7 @@ class ThreadedWebhookServer(kopf.WebhookServer):
             raise ValueError("the admission server serves HTTPS only")
         addr = self.addr or "0.0.0.0"
         port = self.port or self._allocate_free_port()
-        server = _Server((addr, port), context, self.checks)
+        server = _Server((addr, port), context, self.checks, self.ready)
         thread = threading.Thread(target=server.serve_forever, name="admission", daemon=True)
         thread.start()
         try:

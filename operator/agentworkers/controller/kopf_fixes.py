@@ -1,4 +1,4 @@
-"""Two changes to kopf (1.45), applied before `kopf.run`.
+"""Three changes to kopf (1.45), applied before `kopf.run`.
 
 1. Admission refusals say why in machine-readable form. kopf answers a refused review
 with a Status of only a message and a code; a `Refused` error adds `details.causes` with
@@ -17,16 +17,25 @@ closes the gap; adding a namespace kopf already serves changes nothing.
 
 `tests/e2e/test_operator.py` creates namespaces through the operator's start and checks
 that every one is served; it fails if a kopf upgrade brings the gap back.
+
+3. A signal that kopf has indexed every watched kind (`indexed`).
+
+kopf holds its handlers back until each watched kind in each served namespace is
+listed and indexed, but says so to nothing else; admission, answered on threads of its
+own from the store those index functions fill, must wait for the same moment. The
+signal is kopf's own toggle set (with no namespace to serve yet, it is on at once).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from typing import Any
 
 import kopf
 from kopf._core.engines import admission
-from kopf._core.reactor import observation
+from kopf._core.reactor import observation, orchestration
 
 from agentworkers.errors import Refusal
 
@@ -81,9 +90,35 @@ def build_response(*, outcomes: dict[Any, Any], **kwargs: Any) -> Any:
     return response
 
 
+# Set once kopf has indexed every kind it watches: the store is complete from then on.
+indexed = threading.Event()
+_spawn_missing_watchers = orchestration.spawn_missing_watchers
+_waiting: set[asyncio.Task[None]] = set()
+
+
+async def _set_when_indexed(toggles: Any) -> None:
+    await toggles.wait_for(True)
+    indexed.set()
+
+
+async def spawn_missing_watchers(*, ensemble: Any, **kwargs: Any) -> None:
+    """kopf's own, then (until the first time) wait for its index toggles to be on."""
+    await _spawn_missing_watchers(ensemble=ensemble, **kwargs)
+    if not indexed.is_set() and not _waiting:
+        task = asyncio.create_task(_set_when_indexed(ensemble.operator_indexed))
+        _waiting.add(task)
+        task.add_done_callback(_waiting.discard)
+
+
 def apply() -> None:
-    """Install both (idempotent): kopf looks these up when it runs them."""
+    """Install all three (idempotent): kopf looks these up when it runs them."""
     admission.build_response = build_response
+    if hasattr(orchestration, "spawn_missing_watchers"):
+        orchestration.spawn_missing_watchers = spawn_missing_watchers
+    else:
+        # A kopf that moved things: admission answers from a store that may be filling.
+        log.warning("kopf's orchestration has changed; admission does not wait for indexing")
+        indexed.set()
     if not hasattr(observation, "process_discovered_namespace_event") or not hasattr(
         observation, "revise_namespaces"
     ):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,15 @@ class Options:
     shard_index: int = 0
     lease_namespace: str = "default"
 
-    def webhook_server(self, checks: Mapping[str, Check]) -> ThreadedWebhookServer:
+    def webhook_server(
+        self, checks: Mapping[str, Check], ready: Callable[[], bool] = lambda: True
+    ) -> ThreadedWebhookServer:
         host = self.webhook_host or self.webhook_addr
         cert, key = self_signed(self.tls_dir, [host, self.webhook_addr])
         server_class = ServiceWebhookServer if host.endswith(".svc") else ThreadedWebhookServer
         return server_class(
             checks=checks,
+            ready=ready,
             addr=self.webhook_addr,
             port=self.webhook_port,
             host=host,

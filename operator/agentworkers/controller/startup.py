@@ -4,16 +4,16 @@ and the watch-fed store (`agentworkers.kube.store`) that reconciles and reviews 
 kopf indexes every object before any handler runs, and holds handlers back until every
 indexed kind is listed; feeding the store from index functions therefore makes it complete
 before the first reconcile reads it. Admission has no such wait of its own: `memo.synced`
-is set by the first namespace event, which kopf holds back the same way, and the webhook
-refuses reviews (503, try again) until then. The index functions keep nothing in kopf's own index
-(they return None). kopf does not call them for deletions: `register_store` adds an event
-handler per kind that forgets deleted objects, except for kinds whose reconcile handlers
-forget them already (one handler fewer per event).
+is set when kopf has indexed every kind (`kopf_fixes.indexed`), and until then the webhook
+refuses reviews (503, try again) and its `/readyz` says not ready. The index functions
+keep nothing in kopf's own index (they return None). kopf does not call them for
+deletions: `register_store` adds an event handler per kind that forgets deleted objects,
+except for kinds whose reconcile handlers forget them already (one handler fewer per
+event).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -23,7 +23,7 @@ import kopf
 from agentworkers import kube
 from agentworkers.api import GROUP, VERSION
 from agentworkers.api.names import FINALIZER, WORKER_LABEL
-from agentworkers.controller import kopf_settings, metrics
+from agentworkers.controller import kopf_fixes, kopf_settings, metrics
 from agentworkers.controller.options import Options
 from agentworkers.kube.api import Api
 from agentworkers.kube.repository import Storage
@@ -66,7 +66,7 @@ def configure(
     logger.info("operating as %s", memo.identity)
     memo.store = Store()
     memo.storage = Storage(api, memo.store)
-    memo.synced = threading.Event()
+    memo.synced = kopf_fixes.indexed
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
 
@@ -94,10 +94,6 @@ def _forgetter(plural: str) -> Any:
     return forget
 
 
-async def _synced(memo: kopf.Memo, **_: Any) -> None:
-    memo.synced.set()
-
-
 def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
     """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
     whose own event handlers forget deletions."""
@@ -113,6 +109,3 @@ def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
         kopf.index(*resource, id=f"store_{plural}", **extra)(_indexer(plural))
         if plural not in skip:
             kopf.on.event(*resource, id=f"forget_{plural}", **extra)(_forgetter(plural))
-    # kopf runs no handler but its index functions until every indexed kind is listed: the
-    # first namespace event (there is always one) says the store is complete.
-    kopf.on.event("", "v1", "namespaces", id="store_synced")(_synced)

@@ -102,7 +102,7 @@ def serve(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # bounds each wait, at a small cost in throughput.
     sys.setswitchinterval(SWITCH_INTERVAL)
     memo.checks = checks(memo.storage, memo.identity, memo.synced)
-    settings.admission.server = options.webhook_server(memo.checks)
+    settings.admission.server = options.webhook_server(memo.checks, memo.synced.is_set)
     settings.admission.managed = options.webhook_name
     # The server reads its certificate once: a new one restarts the process.
     memo.certificate_watch = CertificateWatch(options.tls_dir / "tls.crt").start()

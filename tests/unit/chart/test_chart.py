@@ -145,16 +145,23 @@ def test_operator_pod_passes_pod_security_restricted(
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
-def test_probes_call_kopfs_liveness_endpoint(
+def test_probes_call_the_operators_own_endpoints(
     rendered: dict[str, list[dict[str, Any]]], value_set: str
 ) -> None:
-    c = container(rendered[value_set])
-    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    liveness = next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--liveness="))
-    assert liveness == f"http://0.0.0.0:{ports['health']}/healthz"
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    """Alive: kopf's liveness endpoint. Ready: a pod that answers admission once its store
+    is filled (the admission server's /readyz), any other pod once kopf is up."""
+    for made in find(rendered[value_set], "Deployment") + find(rendered[value_set], "StatefulSet"):
+        [c] = made["spec"]["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        liveness = next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--liveness="))
+        assert liveness == f"http://0.0.0.0:{ports['health']}/healthz"
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+        if "webhook" in ports:
+            ready = {"path": "/readyz", "port": "webhook", "scheme": "HTTPS"}
+        else:
+            ready = {"path": "/healthz", "port": "health"}
+        assert c["readinessProbe"]["httpGet"] == ready
+        assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
 
 
 @pytest.mark.parametrize("value_set", sorted(VALUE_SETS))

@@ -8,6 +8,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,32 @@ def test_reviews_are_answered_on_threads_even_while_the_event_loop_is_blocked(
     finally:
         thread.join(10)
         loop.close()
+
+
+def test_readyz_says_whether_the_checks_can_answer(tmp_path: Path) -> None:
+    """A readiness probe keeps the API server's reviews off a replica still filling its
+    store: 503 until `ready` says so, 200 after."""
+    options = Options(webhook_port=_port(), tls_dir=tmp_path)
+    synced = threading.Event()
+    server = options.webhook_server({}, synced.is_set)
+    context = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+    codes: list[int] = []
+
+    async def run() -> None:
+        stream = server(None)
+        url = dict(await anext(stream))["url"].rstrip("/")
+
+        def probe() -> int:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=5) as r:
+                    return int(r.status)
+            except urllib.error.HTTPError as e:
+                return int(e.code)
+
+        codes.append(await asyncio.to_thread(probe))
+        synced.set()
+        codes.append(await asyncio.to_thread(probe))
+        await stream.aclose()
+
+    asyncio.run(run())
+    assert codes == [503, 200]
