@@ -265,6 +265,8 @@ class Phase:
     count: int
     latencies: list[float]
     calls: list[float]
+    # From the create's answer to the pod: the controller's own part.
+    controller: list[float]
     requests: Counter[tuple[str, str]]
     cpu: dict[str, float]
     admission_p99: float
@@ -325,6 +327,7 @@ class Bench:
             first_revision(self.cluster, namespace)
         url = path.format(namespace=namespace)
         due: dict[str, float] = {}
+        answered: dict[str, float] = {}
         calls: list[float] = []
         before_m, before_cpu = metrics(self.cluster), self._cpu()
         before_r = self.answering.metrics().splitlines()
@@ -337,7 +340,8 @@ class Bench:
             answer = response.data  # read whole, so the connection goes back clean
             if response.status >= 300:
                 self.failures.append(f"{name}: {response.status} {answer[:200]!r}")
-            calls.append(time.monotonic() - began)
+            answered[name] = time.monotonic()
+            calls.append(answered[name] - began)
 
         pending = []
         for i in range(count):
@@ -369,6 +373,11 @@ class Bench:
             count=count,
             latencies=latencies,
             calls=calls,
+            controller=[
+                self.watch.seen[(namespace, n)] - at
+                for n, at in answered.items()
+                if (namespace, n) in self.watch.seen
+            ],
             requests=grown,
             cpu={k: after_cpu[k] - before_cpu[k] for k in after_cpu},
             admission_p99=bucket_quantile(
@@ -419,7 +428,10 @@ class Bench:
             f"{'kept up' if p.kept_up else f'NOT kept up ({p.missing} without a pod)'}"
         )
         print(
-            f"   create call p99 {pct(p.calls, 0.99) * 1000:.0f} ms; "
+            f"   create answered->pod p50 {pct(p.controller, 0.5) * 1000:.0f} ms, "
+            f"p99 {pct(p.controller, 0.99) * 1000:.0f} ms; "
+            f"create call p50 {pct(p.calls, 0.5) * 1000:.0f} ms, "
+            f"p99 {pct(p.calls, 0.99) * 1000:.0f} ms; "
             f"admission webhook p99 {p.admission_p99 * 1000:.0f} ms "
             f"(answering it, in the operator: p99 {p.review_p99 * 1000:.1f} ms); "
             f"operator RSS {p.rss:.0f} MiB (peak {p.peak_rss:.0f})"
