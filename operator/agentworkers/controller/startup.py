@@ -65,7 +65,7 @@ def configure(
     memo.identity = api.whoami()
     logger.info("operating as %s", memo.identity)
     memo.store = Store()
-    memo.storage = Storage(api, memo.store, threads=options.workers)
+    memo.storage = Storage(api, memo.store)
     memo.synced = kopf_fixes.indexed
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))

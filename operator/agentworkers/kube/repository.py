@@ -8,7 +8,6 @@ in-memory one (`tests/unit/controller/memory.py`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,11 +74,10 @@ class Repository(Protocol):
     def get_pod(
         self, namespace: str, name: str, *, confirm: bool = False
     ) -> dict[str, Any] | None: ...
-    def create_run(
-        self, access: list[dict[str, Any]], pod: dict[str, Any], owner_uid: str
-    ) -> tuple[dict[str, Any], bool]: ...
+    def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
+    def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
 
@@ -87,17 +85,14 @@ class Repository(Protocol):
 class Storage:
     """The repository on an API server. With a `store`, reads come from the operator's
     watches and writes go through to it; a miss is read from the API (the store may not
-    have seen an object yet). `threads`: requests it may send at once for one caller."""
+    have seen an object yet)."""
 
     api: Api
     store: Store | None = None
-    threads: int = 4
     events: Recorder = field(init=False)
-    pool: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self.events = Recorder(self.api)
-        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="storage")
 
     def _remember(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.store is not None and body:
@@ -291,45 +286,6 @@ class Storage:
         found = self.api.get("pods", namespace, name)
         return self._remember("pods", found) if found else None
 
-    def create_run(
-        self, access: list[dict[str, Any]], pod: dict[str, Any], owner_uid: str
-    ) -> tuple[dict[str, Any], bool]:
-        """A run's account (`access`: its ServiceAccount, Role and RoleBinding; existing
-        ones are kept) and its pod (`create_pod`). Returns the pod, and whether the Role
-        was created (else it existed, with rules of its own).
-
-        Two chains at once, not four requests in turn: the ServiceAccount then the pod
-        (which needs its ServiceAccount), beside the Role then the RoleBinding (which needs
-        its Role). The runtime waits out a 403 at its start, should it ask before its
-        binding is in. A failure in either raises; the next pass repeats them all."""
-        account, role, binding = access
-
-        def grant() -> bool:
-            created_role = self._ensure(role)
-            self._ensure(binding)
-            return created_role
-
-        granting = self.pool.submit(grant)
-        try:
-            self._ensure(account)
-            created = self.create_pod(pod, owner_uid)
-        finally:
-            created_role = granting.result()
-        return created, created_role
-
-    def _ensure(self, obj: dict[str, Any]) -> bool:
-        """Create `obj`; False when it exists already."""
-        plural = {"ServiceAccount": "serviceaccounts", "Role": "roles"}.get(
-            obj["kind"], "rolebindings"
-        )
-        try:
-            self.api.create(plural, obj["metadata"]["namespace"], obj)
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            return False
-        return True
-
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
         """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -350,6 +306,22 @@ class Storage:
         )
 
     # --- a worker runtime's own account ------------------------------------
+
+    def ensure_access(self, objects: list[dict[str, Any]]) -> bool:
+        """Create the runtime's ServiceAccount, Role and RoleBinding; existing ones are kept.
+        Returns whether the Role was created (else it existed, with rules of its own)."""
+        created_role = False
+        for obj in objects:
+            plural = {"ServiceAccount": "serviceaccounts", "Role": "roles"}.get(
+                obj["kind"], "rolebindings"
+            )
+            try:
+                self.api.create(plural, obj["metadata"]["namespace"], obj)
+                created_role = created_role or obj["kind"] == "Role"
+            except ApiError as e:
+                if e.status != 409:
+                    raise
+        return created_role
 
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
         """Replace a Role's rules; False when the Role does not exist (yet)."""

@@ -107,15 +107,12 @@ class Reporter:
         self.flush()
 
 
-# Seconds: the operator grants a runtime its new child right after binding it, and creates
-# the runtime's own RoleBinding beside its pod, not before it.
-GRANT_WAIT = 15.0
+GRANT_WAIT = 15.0  # seconds: the operator grants a runtime its new child right after binding it
 
 
 def _once_granted(call: Callable[[], T]) -> T:
     """Retry a call refused with 403 for a short while: access to a child just spawned
-    arrives when the operator has bound it, and to its own Worker when the operator's
-    RoleBinding is in (eventual, within moments)."""
+    arrives when the operator has bound it (eventual, within moments)."""
     deadline = time.monotonic() + GRANT_WAIT
     while True:
         try:
@@ -186,7 +183,7 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     api = kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
-    body = _once_granted(lambda: storage.get("workers", namespace, name))
+    body = storage.get("workers", namespace, name)
     if body is None:
         log.error("worker %s/%s not found", namespace, name)
         return 1

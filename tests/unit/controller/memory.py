@@ -141,16 +141,6 @@ class Memory:
     def get_pod(self, namespace: str, name: str, *, confirm: bool = False) -> Body | None:
         return self.find("pods", name, namespace)
 
-    def create_run(self, access: list[Body], pod: Body, owner_uid: str) -> tuple[Body, bool]:
-        created_role = False
-        for obj in access:
-            key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if key not in self.objects:
-                self.objects[key] = copy.deepcopy(obj)
-                self.writes.append(("POST", obj["kind"], obj["metadata"]["name"]))
-                created_role = created_role or obj["kind"] == "Role"
-        return self.create_pod(pod, owner_uid), created_role
-
     def create_pod(self, pod: Body, owner_uid: str) -> Body:
         meta = pod["metadata"]
         existing = self.find("pods", meta["name"], meta["namespace"])
@@ -172,6 +162,16 @@ class Memory:
         if worker is not None and worker["metadata"]["uid"] == uid:
             del self.objects[("workers", namespace, name)]
             self.writes.append(("DELETE", "workers", name))
+
+    def ensure_access(self, objects: list[Body]) -> bool:
+        created_role = False
+        for obj in objects:
+            key = (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])
+            if key not in self.objects:
+                self.objects[key] = copy.deepcopy(obj)
+                self.writes.append(("POST", obj["kind"], obj["metadata"]["name"]))
+                created_role = created_role or obj["kind"] == "Role"
+        return created_role
 
     def set_role_rules(self, namespace: str, name: str, rules: list[Body]) -> bool:
         role = self.objects.get(("Role", namespace, name))
