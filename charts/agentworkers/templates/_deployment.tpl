@@ -56,10 +56,12 @@ spec:
         {{- with $root.Values.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
-      {{- with $root.Values.podAnnotations }}
       annotations:
+        # The operator reads its worker defaults at start: a change rolls its pods.
+        agentworkers.io/worker-defaults: {{ include "agentworkers.workerDefaults" $root | sha256sum | trunc 16 }}
+        {{- with $root.Values.podAnnotations }}
         {{- toYaml . | nindent 8 }}
-      {{- end }}
+        {{- end }}
     spec:
       serviceAccountName: {{ include "agentworkers.serviceAccountName" $root }}
       automountServiceAccountToken: true
@@ -94,6 +96,9 @@ spec:
             - --tls-dir=/var/run/agentworkers/tls
             {{- else if eq $role "all" }}
             - --no-webhook
+            {{- end }}
+            {{- if ne $role "admission" }}
+            - --worker-defaults=/etc/agentworkers/worker-defaults.yaml
             {{- end }}
             - --metrics-port={{ ternary $root.Values.metrics.port 0 $root.Values.metrics.enabled }}
             - --metrics-addr=0.0.0.0
@@ -167,6 +172,11 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- if ne $role "admission" }}
+            - name: worker-defaults
+              mountPath: /etc/agentworkers
+              readOnly: true
+            {{- end }}
             {{- if $webhook }}
             - name: webhook-tls
               mountPath: /var/run/agentworkers/tls
@@ -176,6 +186,11 @@ spec:
         - name: tmp
           emptyDir:
             sizeLimit: 64Mi
+        {{- if ne $role "admission" }}
+        - name: worker-defaults
+          configMap:
+            name: {{ include "agentworkers.workerDefaultsName" $root }}
+        {{- end }}
         {{- if $webhook }}
         {{- if eq $tlsMode "operator" }}
         # The operator makes a self-signed certificate here and renews it on restart.

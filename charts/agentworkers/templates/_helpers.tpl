@@ -164,3 +164,13 @@ operator
 {{- fail "replicas > 1 with glob watchNamespaces: kopf needs a KopfPeering object in every watched namespace, which the chart cannot know in advance; list the namespaces or run one replica" -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "agentworkers.workerDefaultsName" -}}
+{{- printf "%s-worker-defaults" (include "agentworkers.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The install's worker pod knobs, the chart's image unless they name another. */}}
+{{- define "agentworkers.workerDefaults" -}}
+{{- $defaults := merge (dict) .Values.workerDefaults (dict "image" (include "agentworkers.image" .)) -}}
+{{- toYaml $defaults -}}
+{{- end -}}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator
 
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
@@ -137,18 +137,96 @@ class McpServer(KubeModel):
     tools: tuple[Name, ...] = Field(default=(), description="Tools the server offers.")
 
 
-class WorkerTemplate(KubeModel):
-    """Knobs of the pod each worker of this agent runs in."""
+# A DNS-1123 subdomain: the names of RuntimeClasses, PriorityClasses and Secrets.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SubdomainName = Annotated[StrictStr, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+# The image 0.1.0's CRD filled in when spec.worker.image was left out: stored AgentConfigs
+# carry it though no one chose it, so it stands for "the install's image", like an omission.
+IMAGE_DEFAULT_0_1_0 = "ghcr.io/agentworkers/agentworkers:0.1.0"
 
-    image: StrictStr = Field(
-        default="ghcr.io/agentworkers/agentworkers:0.1.0",
-        description="Image of the worker runtime.",
+
+class Toleration(KubeModel):
+    """A taint a worker pod tolerates, as in a Pod."""
+
+    key: StrictStr | None = Field(default=None, description="Taint key; empty: every key.")
+    operator: Literal["Exists", "Equal"] | None = Field(
+        default=None, description="Exists or Equal (the default)."
+    )
+    value: StrictStr | None = Field(default=None, description="Taint value, for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect; empty: every effect."
+    )
+    toleration_seconds: StrictInt | None = Field(
+        default=None, description="How long a NoExecute taint is tolerated.", ge=0
+    )
+
+
+class Affinity(KubeModel):
+    """Scheduling constraints of a worker pod, as in a Pod's spec.affinity."""
+
+    node_affinity: dict[str, Any] | None = Field(default=None, description="As in a Pod.")
+    pod_affinity: dict[str, Any] | None = Field(default=None, description="As in a Pod.")
+    pod_anti_affinity: dict[str, Any] | None = Field(default=None, description="As in a Pod.")
+
+
+class Resources(KubeModel):
+    """Container resources of a worker, as in a Pod."""
+
+    requests: dict[str, StrictStr] | None = Field(default=None, description="e.g. cpu: 250m.")
+    limits: dict[str, StrictStr] | None = Field(default=None, description="e.g. memory: 1Gi.")
+
+
+class WorkerPod(KubeModel):
+    """Where and how a worker's pod runs. The operator's install sets defaults for every
+    agent (the chart's `workerDefaults`, its image included); an AgentConfig's spec.worker
+    overrides them field by field."""
+
+    image: StrictStr | None = Field(
+        default=None,
+        description="Image of the worker runtime; omit for the install's own image.",
         min_length=1,
     )
-    resources: dict[str, dict[str, StrictStr]] | None = Field(
-        default=None,
-        description="Container resources (requests and limits), as in a Pod.",
+    image_pull_secrets: tuple[SubdomainName, ...] | None = Field(
+        default=None, description="Names of Secrets to pull the image with."
     )
+    runtime_class_name: SubdomainName | None = Field(
+        default=None, description="RuntimeClass of the pod, e.g. gvisor or kata."
+    )
+    node_selector: dict[str, StrictStr] | None = Field(
+        default=None, description="Node labels the pod must land on."
+    )
+    tolerations: tuple[Toleration, ...] | None = Field(
+        default=None, description="Taints the pod tolerates."
+    )
+    affinity: Affinity | None = Field(default=None, description="Scheduling constraints.")
+    resources: Resources | None = Field(
+        default=None, description="Container resources (requests and limits)."
+    )
+    priority_class_name: SubdomainName | None = Field(
+        default=None, description="PriorityClass of the pod."
+    )
+    service_account_annotations: dict[str, StrictStr] | None = Field(
+        default=None,
+        description="Annotations of each run's own ServiceAccount (workload identity, e.g. "
+        "eks.amazonaws.com/role-arn or iam.gke.io/gcp-service-account).",
+    )
+
+    @field_validator("image")
+    @classmethod
+    def _install_image(cls, image: str | None) -> str | None:
+        return None if image == IMAGE_DEFAULT_0_1_0 else image
+
+    def over(self, defaults: WorkerPod) -> Self:
+        """These knobs, each one left out taken from `defaults`."""
+        unset = {
+            k: getattr(defaults, k) for k in WorkerPod.model_fields if getattr(self, k) is None
+        }
+        return self.model_copy(update=unset)
+
+
+class WorkerTemplate(WorkerPod):
+    """Knobs of the pod each worker of this agent runs in."""
+
     sandbox_size: StrictStr = Field(
         default="1Gi",
         description="Size limit of the emptyDir sandbox mounted as the working directory.",

@@ -86,6 +86,24 @@ def openapi_schema(model: type[Any]) -> JSON:
     return structural(schema, schema.get("$defs", {}))
 
 
+def strict_json_schema(schema: JSON) -> JSON:
+    """A structural schema as plain JSON Schema, refusing unknown keys (`additionalProperties:
+    false`): for the chart's values.schema.json, which helm checks at install."""
+    out: JSON = {}
+    for key, value in schema.items():
+        if key.startswith("x-kubernetes-"):
+            continue
+        if key == "properties":
+            out[key] = {k: strict_json_schema(v) for k, v in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = strict_json_schema(value)
+        else:
+            out[key] = value
+    if "properties" in out:
+        out["additionalProperties"] = False
+    return out
+
+
 def keep_unknown_fields(schema: JSON) -> JSON:
     """Mark every object of a spec to keep fields it does not know, instead of pruning them.
 

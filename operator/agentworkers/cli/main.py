@@ -34,6 +34,7 @@ from agentworkers import __version__
 from agentworkers.cli.parsers import Parser, UsageError, add_globals, add_verbs, parsed_defaults
 
 if TYPE_CHECKING:
+    from agentworkers.api.agentconfig import WorkerPod
     from agentworkers.cli.verbs import Output
     from agentworkers.client import Client
 
@@ -63,7 +64,13 @@ def _operator(args: argparse.Namespace) -> int:
     if webhook:
         import agentworkers.controller.webhooks  # noqa: F401, PLC0415
 
+    try:
+        worker_defaults = _worker_defaults(args.worker_defaults)
+    except ValueError as e:
+        print(f"error: --worker-defaults {args.worker_defaults}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     options = Options(
+        worker_defaults=worker_defaults,
         namespaces=tuple(args.namespace),
         kubeconfig=args.kubeconfig,
         webhook_port=args.webhook_port if webhook else None,
@@ -101,6 +108,25 @@ def _operator(args: argparse.Namespace) -> int:
         memo=kopf.Memo(options=options),
     )
     return 0
+
+
+def _worker_defaults(path: Path | None) -> WorkerPod:
+    """The install's worker pod knobs; ValueError names the field and the rule."""
+    import yaml  # noqa: PLC0415
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from agentworkers.api.agentconfig import WorkerPod  # noqa: PLC0415
+    from agentworkers.errors import describe  # noqa: PLC0415
+
+    if path is None:
+        return WorkerPod()
+    try:
+        return WorkerPod.model_validate(yaml.safe_load(path.read_text()) or {})
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(str(e)) from e
+    except ValidationError as e:
+        # Named as the chart's value it comes from.
+        raise ValueError(str(describe(e, prefix="workerDefaults"))) from e
 
 
 def _shard_index(given: int | None) -> int:
@@ -159,6 +185,13 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     op.add_argument(
         "--liveness", default="http://127.0.0.1:8081/healthz", help="liveness endpoint; '' off"
+    )
+    op.add_argument(
+        "--worker-defaults",
+        type=Path,
+        help="YAML of the worker pod knobs every agent gets unless its AgentConfig's "
+        "spec.worker sets its own (image, imagePullSecrets, runtimeClassName, nodeSelector, "
+        "tolerations, affinity, resources, priorityClassName, serviceAccountAnnotations)",
     )
     op.add_argument("--peering", help="kopf peering name for active/standby replicas")
     op.add_argument(

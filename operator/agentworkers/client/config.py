@@ -4,6 +4,7 @@ worker's effective config (`explain`). `Client` has these as methods."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 from typing import Any
 
 from agentworkers.api import (
@@ -11,7 +12,7 @@ from agentworkers.api import (
     AgentConfigSpec,
     FrozenProfile,
 )
-from agentworkers.api.agentconfig import AgentConfigStatus, TreeLimits
+from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
 from agentworkers.api.names import AGENT_LABEL, BINDING_ANNOTATION
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
@@ -27,7 +28,7 @@ from agentworkers.client.results import (
     revision_ref,
 )
 from agentworkers.core.effective import EffectiveConfig, resolve
-from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV
+from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, PLACEMENT
 from agentworkers.core.spawning import decode_binding
 from agentworkers.errors import REFUSALS, ApiError
 from agentworkers.kube.api import Api
@@ -107,6 +108,7 @@ class ConfigReads(Reads):
                 explain_fields(decided),
                 inherits,
                 self._tree(body),
+                self._pod_knobs(spec.agent, info.status.pod),
             )
         config, where, revision = self._config_at(spec.agent, pinned)
         if spec.profile and profile is None and revision is not None:
@@ -124,6 +126,7 @@ class ConfigReads(Reads):
             explain_fields(effective),
             inherits,
             self._tree(body),
+            self._pod_knobs(spec.agent, info.status.pod),
         )
 
     def _clocks(self, chain: builtins.list[Body]) -> builtins.list[ExplainedField]:
@@ -148,6 +151,43 @@ class ConfigReads(Reads):
             layer = f"parent {parent['metadata']['name']}" if cut else "start + deadlineSeconds"
             found.append(ExplainedField("clock.deadlineAt", status["deadlineAt"], layer))
         return found
+
+    def _pod_knobs(self, agent: str, pod: str | None) -> tuple[ExplainedField, ...]:
+        """Where and how the run's pod runs (image, runtime class, placement, resources),
+        and who set each knob: its AgentConfig's spec.worker, else the install's defaults
+        (the operator's `--worker-defaults`, the chart's workerDefaults). The values are the
+        pod's once it exists; before, an install default shows as such."""
+        try:
+            own = (self._agent_body(agent).get("spec") or {}).get("worker") or {}
+        except NotFoundError:
+            own = {}
+        if own.get("image") == IMAGE_DEFAULT_0_1_0:
+            own = {k: v for k, v in own.items() if k != "image"}
+        found: Body = {}
+        if pod is not None:
+            with contextlib.suppress(ApiError):  # not readable with these credentials
+                found = self.api.get("pods", self.namespace, pod) or {}
+        spec = found.get("spec") or {}
+        container = (spec.get("containers") or [{}])[0]
+        running = {
+            **{key: spec.get(key) for key in PLACEMENT},
+            "image": container.get("image"),
+            "resources": container.get("resources"),
+            "imagePullSecrets": [s["name"] for s in spec.get("imagePullSecrets") or []] or None,
+        }
+        rows = []
+        for key in ("image", "imagePullSecrets", *PLACEMENT, "resources"):
+            value = running[key] if found else own.get(key)
+            if value is None and key != "image":
+                continue  # neither the agent nor (as far as its pod shows) the install set it
+            layer = f"AgentConfig/{agent}" if own.get(key) is not None else "install"
+            rows.append(ExplainedField(f"pod.{key}", value or "the install's", layer))
+        if own.get("serviceAccountAnnotations"):
+            annotations = own["serviceAccountAnnotations"]
+            rows.append(
+                ExplainedField("pod.serviceAccountAnnotations", annotations, f"AgentConfig/{agent}")
+            )
+        return tuple(rows)
 
     def _tree(self, body: Body) -> tuple[ExplainedField, ...]:
         """The run's place in its tree and the tree's limits: the root's AgentConfig's

@@ -107,6 +107,8 @@ class Explanation:
     inherits: str | None = None
     # Its tree: root and depth, and the tree's limits with where each came from.
     tree: tuple[ExplainedField, ...] = ()
+    # Its pod's knobs (image, runtime class, placement, resources) and who set each.
+    pod: tuple[ExplainedField, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,10 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.shards = Everything()
     metrics.SHARDS_HELD.set(1)
     memo.workers = Requeue(
-        "Worker", "worker", _if_mine(memo, workers.reconcile), threads=options.workers
+        "Worker",
+        "worker",
+        _if_mine(memo, partial(workers.reconcile, pod_defaults=options.worker_defaults)),
+        threads=options.workers,
     )
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
     memo.configs = Requeue(

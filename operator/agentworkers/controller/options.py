@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.controller.admission_server import Check, ThreadedWebhookServer
 from agentworkers.controller.tls import self_signed
 
@@ -15,6 +16,8 @@ from agentworkers.controller.tls import self_signed
 @dataclass(frozen=True)
 class Options:
     namespaces: tuple[str, ...] = ()  # empty: cluster-wide
+    # Worker pod knobs of the install, under each AgentConfig's own spec.worker.
+    worker_defaults: WorkerPod = field(default_factory=WorkerPod)
     kubeconfig: str | None = None
     # Admission webhook: None disables it (the handlers still refuse bad input).
     webhook_port: int | None = 9443

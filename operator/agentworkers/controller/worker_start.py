@@ -141,6 +141,12 @@ def start(
     effective = resolve(config, worker.spec, profile)
     if ancestor is not None and not worker.spec.profile:
         effective = _bounded(worker, config, ancestor, effective)
+    children = storage.children(worker.namespace, worker.name)
+    access = access_objects(
+        worker.body, worker.spec.agent, children, config.worker.service_account_annotations
+    )
+    if not storage.ensure_access(access):
+        grant(storage, worker.body)  # made by an earlier pass: its children may have changed
     deadline = clocks.deadline(
         worker.spec.deadline_seconds or config.worker.deadline_seconds,
         parent.deadline_at if parent else None,
@@ -160,14 +166,10 @@ def start(
     frozen = None if worker.spec.profile else active
     if frozen is not None:
         pod["metadata"]["annotations"] = {FROZEN_ANNOTATION: frozen.model_dump_json(by_alias=True)}
-    children = storage.children(worker.namespace, worker.name)
-    access = access_objects(worker.body, worker.spec.agent, children)
     try:
-        created, created_role = storage.create_run(access, pod, worker.body["metadata"]["uid"])
+        created = storage.create_pod(pod, worker.body["metadata"]["uid"])
     except Conflict as e:
         raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
-    if not created_role:
-        grant(storage, worker.body)  # made by an earlier pass: its children may have changed
     metrics.SPAWNS.inc()
     born = dt.datetime.fromisoformat(
         worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")

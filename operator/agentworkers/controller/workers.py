@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, reasons
-from agentworkers.api.agentconfig import RevisionRef
+from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
 from agentworkers.controller import lineage, metrics, worker_tree
@@ -36,8 +36,11 @@ PARENT_KILLED = "parent killed: "
 RUNTIME_REPORT_SECONDS = 3.0
 
 
-def reconcile(storage: Repository, namespace: str, name: str) -> None:
-    """One pass over a Worker. Its `Requeue` never runs two passes of one Worker at once."""
+def reconcile(
+    storage: Repository, namespace: str, name: str, pod_defaults: WorkerPod | None = None
+) -> None:
+    """One pass over a Worker. Its `Requeue` never runs two passes of one Worker at once.
+    `pod_defaults`: the install's worker pod knobs, under the AgentConfig's own."""
     body = storage.get("workers", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
@@ -47,7 +50,7 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
         _fail_unparsed(storage, body, error)
         return
     try:
-        _step(storage, worker)
+        _step(storage, worker, pod_defaults or WorkerPod())
     except REFUSALS as error:
         _fail(storage, worker, error)
     finally:
@@ -65,7 +68,7 @@ def reconcile(storage: Repository, namespace: str, name: str) -> None:
         raise Later(worker.again_in)
 
 
-def _step(storage: Repository, worker: Worker) -> None:
+def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
     if not worker.spec.parent:
         worker_tree.account(storage, worker)
     if worker.status.phase in TERMINAL_PHASES:
@@ -83,6 +86,7 @@ def _step(storage: Repository, worker: Worker) -> None:
         )
     try:
         config = AgentConfigSpec.model_validate(config_body["spec"])
+        config = config.model_copy(update={"worker": config.worker.over(pod_defaults)})
     except ValidationError as e:
         # Its own handler reports the fault on the AgentConfig; the run waits for a fix.
         worker.wait(

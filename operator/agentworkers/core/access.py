@@ -9,6 +9,7 @@ whose names the operator adds to the Role as they are bound.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agentworkers.api import GROUP
@@ -64,9 +65,13 @@ def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, A
 
 
 def access_objects(
-    worker_body: dict[str, Any], agent: str, children: list[str]
+    worker_body: dict[str, Any],
+    agent: str,
+    children: list[str],
+    annotations: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding of one worker's runtime, owned by the Worker."""
+    """ServiceAccount (with `annotations`: workload identity), Role and RoleBinding of one
+    worker's runtime, owned by the Worker."""
     meta = worker_body["metadata"]
     name = account_name(meta["name"])
     owned = {
@@ -88,7 +93,7 @@ def access_objects(
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": owned,
+            "metadata": {**owned, **({"annotations": dict(annotations)} if annotations else {})},
             "automountServiceAccountToken": True,
         },
         {

@@ -10,11 +10,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from agentworkers import __version__
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import EffectiveConfig
 
+# The worker image when neither the AgentConfig nor the install names one: this release's.
+DEFAULT_IMAGE = f"ghcr.io/agentworkers/agentworkers:{__version__}"
+# Knobs of spec.worker that go into the pod's spec as they are spelt.
+PLACEMENT = ("runtimeClassName", "priorityClassName", "nodeSelector", "tolerations", "affinity")
 SANDBOX = "/sandbox"
 SECRETS_DIR = "/var/run/agentworkers/secrets"
 RUNTIME_UID = 65532
@@ -49,7 +54,8 @@ def build_pod(
     service_account: str | None = None,
     deadline_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """The run's pod; `deadline_seconds` its activeDeadlineSeconds (`core.clocks`)."""
+    """The run's pod; `deadline_seconds` its activeDeadlineSeconds (`core.clocks`).
+    `config.worker` holds the pod's knobs, the install's defaults filled in."""
     meta = worker_body["metadata"]
     name = meta["name"]
     # The secrets the run may use, and the agent's model key, which every run of it needs.
@@ -64,7 +70,7 @@ def build_pod(
     ]
     container: dict[str, Any] = {
         "name": "agent",
-        "image": config.worker.image,
+        "image": config.worker.image or DEFAULT_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": ["agentworkers", "run"],
         "args": [f"--worker={name}", f"--namespace={meta['namespace']}"],
@@ -93,8 +99,9 @@ def build_pod(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if config.worker.resources:
-        container["resources"] = {k: dict(v) for k, v in config.worker.resources.items()}
+    knobs = config.worker
+    if knobs.resources:
+        container["resources"] = knobs.resources.wire()
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
@@ -116,6 +123,10 @@ def build_pod(
     }
     if service_account:
         spec["serviceAccountName"] = service_account
+    if knobs.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in knobs.image_pull_secrets]
+    wire = knobs.wire()
+    spec.update({key: wire[key] for key in PLACEMENT if wire.get(key)})
     if deadline_seconds:
         spec["activeDeadlineSeconds"] = deadline_seconds
     return {

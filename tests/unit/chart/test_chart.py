@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -593,7 +594,7 @@ def test_metrics_service_and_service_monitor(rendered: dict[str, list[dict[str, 
 def test_dashboard_config_map_carries_the_dashboard(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    cm = one(rendered["servicemonitor"], "ConfigMap")
+    cm = one(rendered["servicemonitor"], "ConfigMap", f"{FULLNAME}-dashboard")
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     shipped = json.loads((CHART / "dashboards" / "agentworkers.json").read_text())
     assert json.loads(cm["data"]["agentworkers.json"]) == shipped
@@ -731,3 +732,100 @@ def test_install_notes(value_set: str, tmp_path: Path) -> None:
         assert "Watching:  team-a, team-b" in notes
     if value_set == "minimal":
         assert "Webhook:   off" in notes and "Metrics:" not in notes
+
+
+# --- worker pods follow the install -------------------------------------------------
+
+
+def worker_defaults(objects: list[dict[str, Any]]) -> Any:
+    """The install's worker pod knobs, as the operator reads them (--worker-defaults)."""
+    from agentworkers.cli.main import _worker_defaults  # noqa: PLC0415
+
+    cm = one(objects, "ConfigMap", f"{FULLNAME}-worker-defaults")
+    c = container(objects)
+    flag = next(a.split("=", 1)[1] for a in c["args"] if a.startswith("--worker-defaults="))
+    [mount] = [m for m in c["volumeMounts"] if m["name"] == "worker-defaults"]
+    assert Path(flag).parent == Path(mount["mountPath"])
+    volumes = deployment(objects)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "worker-defaults", "configMap": {"name": cm["metadata"]["name"]}} in volumes
+    path = Path("/tmp") / f"worker-defaults-{uuid.uuid4().hex}.yaml"
+    try:
+        path.write_text(cm["data"][Path(flag).name])
+        return _worker_defaults(path)
+    finally:
+        path.unlink()
+
+
+def test_worker_pods_use_the_chart_s_image_from_a_private_registry() -> None:
+    """The operator ran from a private registry while every worker pod still named the
+    public image (AgentConfig spec.worker.image defaulted to it): workers failed to pull."""
+    from agentworkers.api import AgentConfigSpec  # noqa: PLC0415
+    from agentworkers.api.worker import WorkerSpec  # noqa: PLC0415
+    from agentworkers.core.effective import resolve  # noqa: PLC0415
+    from agentworkers.core.pods import build_pod  # noqa: PLC0415
+
+    objects = render(None, {"image.repository": "registry.example.com/agentworkers"})
+    assert container(objects)["image"] == "registry.example.com/agentworkers:0.1.0"
+    defaults = worker_defaults(objects)
+    assert defaults.image == "registry.example.com/agentworkers:0.1.0"
+    # An AgentConfig that names no image (the API server fills nothing in any more).
+    config = AgentConfigSpec.model_validate({"model": {"provider": "scripted", "model": "m"}})
+    config = config.model_copy(update={"worker": config.worker.over(defaults)})
+    body = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": "w", "namespace": "team-a", "uid": "u"},
+    }
+    spec = WorkerSpec(agent="planner")
+    pod = build_pod(body, spec, config, resolve(config, spec, None))
+    assert pod["spec"]["containers"][0]["image"] == "registry.example.com/agentworkers:0.1.0"
+
+    digest = "sha256:" + "a" * 64
+    pinned = render(None, {"image.repository": "registry.example.com/aw", "image.digest": digest})
+    assert worker_defaults(pinned).image == f"registry.example.com/aw@{digest}"
+
+
+def test_worker_defaults_reach_the_operator_and_roll_its_pods() -> None:
+    sets = {
+        "workerDefaults.runtimeClassName": "gvisor",
+        "workerDefaults.priorityClassName": "agents",
+        "workerDefaults.imagePullSecrets[0]": "regcred",
+        "workerDefaults.nodeSelector.pool": "agents",
+        "workerDefaults.image": "mirror.example.com/aw:1",
+    }
+    objects = render(None, sets)
+    defaults = worker_defaults(objects)
+    assert defaults.runtime_class_name == "gvisor"
+    assert defaults.priority_class_name == "agents"
+    assert defaults.image_pull_secrets == ("regcred",)
+    assert defaults.node_selector == {"pool": "agents"}
+    assert defaults.image == "mirror.example.com/aw:1"  # its own image wins over the chart's
+    annotation = "agentworkers.io/worker-defaults"
+    rolled = deployment(objects)["spec"]["template"]["metadata"]["annotations"][annotation]
+    plain = deployment(render(None))["spec"]["template"]["metadata"]["annotations"][annotation]
+    assert rolled != plain
+
+
+def test_a_misspelt_worker_default_fails_the_install() -> None:
+    result = helm(
+        "template",
+        "agentworkers",
+        str(CHART),
+        *value_args(None, {"workerDefaults.nodeSelecter.pool": "x"}),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "nodeSelecter" in result.stderr
+
+
+def test_the_values_schema_of_worker_defaults_is_the_model_s() -> None:
+    """values.schema.json's workerDefaults is generated from agentworkers' WorkerPod."""
+    from agentworkers.api.agentconfig import WorkerPod  # noqa: PLC0415
+    from agentworkers.api.crdgen import openapi_schema, strict_json_schema  # noqa: PLC0415
+
+    shipped = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    expected = strict_json_schema(openapi_schema(WorkerPod))
+    got = {k: v for k, v in shipped["workerDefaults"].items() if k != "description"}
+    assert got == {k: v for k, v in expected.items() if k != "description"}, (
+        "regenerate workerDefaults in charts/agentworkers/values.schema.json from WorkerPod"
+    )

@@ -59,6 +59,16 @@ def test_an_admission_role_without_its_webhook_is_a_usage_error(
     assert "--role=admission serves the webhook" in capsys.readouterr().err
 
 
+def test_bad_worker_defaults_stop_the_operator_naming_the_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    defaults = tmp_path / "worker-defaults.yaml"
+    defaults.write_text("tolerations: [{operator: Sometimes}]\n")
+    assert cli.main(["operator", f"--worker-defaults={defaults}"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "workerDefaults.tolerations[0].operator" in err and "'Exists' or 'Equal'" in err
+
+
 def test_global_flags_before_operator_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["-n", "x", "operator"]) == cli.EXIT_USAGE
     assert "operator" in capsys.readouterr().err

@@ -16,11 +16,15 @@ from typing import Any
 import kopf
 import pytest
 import yaml
+from pydantic import ValidationError
 
+from agentworkers.api import AgentConfigSpec
+from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, WorkerPod, WorkerTemplate
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.requeue import Later
-from agentworkers.errors import ApiError
+from agentworkers.core.pods import DEFAULT_IMAGE
+from agentworkers.errors import ApiError, describe
 from tests.unit.controller.memory import Memory
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -514,3 +518,87 @@ def test_a_child_s_deadline_is_within_its_parent_s() -> None:
     kid_ends = memory.find("workers", "kid")["status"]["deadlineAt"]  # type: ignore[index]
     assert kid_ends == parent_ends  # cut to the parent's, exactly
     assert 98 <= memory.find("pods", "kid")["spec"]["activeDeadlineSeconds"] <= 100  # type: ignore[index]
+
+
+# --- the pod's knobs: the install's defaults under the agent's own ---------------------
+
+
+def test_the_install_s_worker_defaults_fill_in_what_the_agent_leaves_out() -> None:
+    """An AgentConfig's spec.worker wins field by field; the install's defaults (the chart's
+    workerDefaults, its image included) fill in the rest, workload identity included."""
+    memory = Memory()
+    planner(memory, worker={"nodeSelector": {"pool": "gpu"}, "runtimeClassName": "kata"})
+    memory.put("workers", worker("w"))
+    defaults = WorkerPod.model_validate(
+        {
+            "image": "registry.example.com/aw:1",
+            "imagePullSecrets": ["regcred"],
+            "runtimeClassName": "gvisor",
+            "nodeSelector": {"pool": "agents"},
+            "tolerations": [{"key": "agents", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "1Gi"}},
+            "priorityClassName": "agents",
+            "serviceAccountAnnotations": {"iam.gke.io/gcp-service-account": "a@p.iam"},
+        }
+    )
+    workers.reconcile(memory, "ns", "w", pod_defaults=defaults)
+    pod = memory.find("pods", "w")
+    assert pod is not None
+    spec = pod["spec"]
+    [container] = spec["containers"]
+    assert container["image"] == "registry.example.com/aw:1"
+    assert container["resources"] == {"requests": {"cpu": "250m"}, "limits": {"memory": "1Gi"}}
+    assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+    assert spec["runtimeClassName"] == "kata"  # the agent's own
+    assert spec["nodeSelector"] == {"pool": "gpu"}  # the agent's own, not merged key by key
+    assert spec["tolerations"] == [{"key": "agents", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["affinity"] == {
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}
+    }
+    assert spec["priorityClassName"] == "agents"
+    account = memory.objects[("ServiceAccount", "ns", "worker-w")]
+    assert account["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "a@p.iam"}
+    # Still the restricted pod: the knobs add placement, never privilege.
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_an_agent_without_an_image_runs_this_release_s_image_without_defaults() -> None:
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+    reconcile(memory, "w")
+    pod = memory.find("pods", "w")
+    assert pod is not None
+    assert pod["spec"]["containers"][0]["image"] == DEFAULT_IMAGE
+    assert "runtimeClassName" not in pod["spec"] and "nodeSelector" not in pod["spec"]
+
+
+@pytest.mark.parametrize(
+    ("worker_spec", "field"),
+    [
+        ({"runtimeClassName": "gVisor"}, "runtimeClassName"),
+        ({"imagePullSecrets": ["Bad_Name"]}, "imagePullSecrets"),
+        ({"tolerations": [{"operator": "Sometimes"}]}, "tolerations"),
+        ({"affinity": {"nodeAfinity": {}}}, "nodeAfinity"),
+        ({"resources": {"requests": {"cpu": "1"}, "limit": {}}}, "limit"),
+    ],
+)
+def test_a_bad_worker_knob_is_refused_by_name(worker_spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        AgentConfigSpec.model_validate({**CONFIG["spec"], "worker": worker_spec})
+    error = describe(refused.value)
+    assert error.field.startswith("spec.worker.") and field in error.field
+
+
+def test_the_image_0_1_0_filled_in_by_default_stands_for_the_install_s() -> None:
+    """0.1.0's CRD wrote its default image into every AgentConfig that left it out; those
+    agents follow the install's image like any other that names none."""
+    stored = WorkerTemplate.model_validate({"image": IMAGE_DEFAULT_0_1_0})
+    assert stored.image is None
+    assert stored.over(WorkerPod(image="registry.example.com/aw:2")).image == (
+        "registry.example.com/aw:2"
+    )
+    assert WorkerTemplate.model_validate({"image": "mine:1"}).over(WorkerPod(image="x")).image == (
+        "mine:1"
+    )
