@@ -77,8 +77,8 @@ cluster-down: $(BIN)/.installed ## stop it and remove its state
 cluster-status: $(BIN)/.installed ## is the local control plane up, and where
 	$(CLUSTER) status
 
-dist: $(BIN)/.installed ## build the wheel (dist/): pipx install dist/agentworkers-*.whl
-	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+dist: $(BIN)/.installed ## release artefacts in dist/: the wheel and sdist, and the chart package
+	$(BIN)/python hack/dist.py
 
 plugin: $(BIN)/.installed ## pack the kubectl plugin for krew (dist/plugin/: archive and manifest)
 	$(BIN)/python hack/build-plugin.py
