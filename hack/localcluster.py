@@ -50,7 +50,11 @@ OPERATOR_KUBECONFIG = "operator.kubeconfig"
 NODE_COUNT = int(os.environ.get("AGENTWORKERS_NODES", "2"))
 SERVICE_CIDR = "10.96.0.0/16"
 # kwok hands pods addresses from this range: loopback, so nothing ever leaves the host.
-POD_CIDR = "127.1.0.0/16"
+# Pod IPs: the benchmarking range (RFC 2544), which nothing routes. The API server refuses
+# loopback addresses in a Service's endpoints, so pod IPs cannot be 127.x; the pod runner
+# puts the address of each pod it runs on this machine's loopback device (hack/podrunner.py),
+# so a Service's traffic to a pod never leaves the machine.
+POD_CIDR = "198.18.0.0/16"
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -520,6 +524,9 @@ def up(args: argparse.Namespace) -> int:
             # not this flag, is what refuses them in a "restricted" namespace.
             "--allow-privileged=true",
             "--enable-admission-plugins=NodeRestriction",
+            # Webhooks registered by Service reference are dialled at the Service's endpoint
+            # addresses (kwok's pod IPs, on loopback), not its ClusterIP: there is no kube-proxy.
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             "--v=1",
         ],

@@ -3,11 +3,22 @@
 
     python hack/podrunner.py [--kubeconfig K] [--namespace-prefix P] [--logs DIR]
 
-kwok simulates nodes and pod phases but runs nothing. This tool watches the worker
-pods the operator creates (label agentworkers.io/worker) and, once kwok reports one
-Running, runs its container's command as a local process:
+kwok simulates nodes and pod phases but runs nothing. This tool watches the pods of
+namespaces under a prefix (the worker pods the operator creates, and the operator's own
+pods a `helm install` of the chart makes) and, once kwok reports one Running, runs its
+container as a local process, the way a kubelet would run it:
 
-* with the pod's plain `env` values (valueFrom is not supported);
+* its command, or the image's ENTRYPOINT (`agentworkers`, as the Dockerfile names it),
+  then its args, from this repository's environment;
+* with the pod's `env`: plain values and the downward API's fieldRef (name, namespace,
+  pod IP, service account);
+* its volumes (emptyDir, ConfigMap, Secret) made as local directories, and every
+  argument and env value under a mount path pointed at its directory;
+* listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
+  other's ports: kwok's pod IPs (hack/localcluster.py's POD_CIDR) are put on this machine's
+  loopback device while their pod runs, so the API server reaches a pod through its
+  Service's endpoints and nothing leaves the machine (needs CAP_NET_ADMIN; without it a
+  pod's IP stays unreachable and the pod runner says so);
 * with the pod's own service-account credentials: a token requested for the pod's
   ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
   least privilege it has in a real pod;
@@ -18,7 +29,8 @@ Running, runs its container's command as a local process:
   `kubectl logs` shows the run.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
-code, as a kubelet would report it. When the pod is deleted, the process gets
+code, as a kubelet would report it; a pod whose restartPolicy is Always (a Deployment's)
+has its process started again instead. When the pod is deleted, the process gets
 SIGTERM (then SIGKILL). Only the `agentworkers` command runs: anything else is refused.
 """
 
@@ -28,14 +40,17 @@ import argparse
 import base64
 import contextlib
 import datetime as dt
+import ipaddress
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +59,10 @@ import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-WORKER_LABEL = "agentworkers.io/worker"
+# The image's ENTRYPOINT (Dockerfile): what a container without a command runs.
+ENTRYPOINT = ["agentworkers"]
+# Seconds before a container that exited is started again (restartPolicy Always).
+RESTART_DELAY = 1.0
 log = logging.getLogger("podrunner")
 
 
@@ -53,6 +71,7 @@ class Run:
     process: subprocess.Popen[bytes]
     sandbox: Path
     home: Path
+    pod: kubernetes.client.V1Pod
 
 
 class PodRunner:
@@ -62,6 +81,8 @@ class PodRunner:
         self.prefix = prefix
         self.logs = logs
         self.runs: dict[tuple[str, str], Run] = {}
+        self.stopped: set[tuple[str, str]] = set()  # pods gone: their processes stay stopped
+        self.addresses: dict[tuple[str, str], str] = {}  # pod IPs put on lo, by pod
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -70,9 +91,7 @@ class PodRunner:
             stream = kubernetes.watch.Watch()
             try:
                 for event in stream.stream(
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=WORKER_LABEL,
-                    timeout_seconds=60,
+                    self.core.list_pod_for_all_namespaces, timeout_seconds=60
                 ):
                     if self.stopping.is_set():
                         break
@@ -95,8 +114,8 @@ class PodRunner:
     def start(self, pod: kubernetes.client.V1Pod) -> None:
         namespace, name = pod.metadata.namespace, pod.metadata.name
         container = pod.spec.containers[0]
-        command = [*(container.command or []), *(container.args or [])]
-        if not command or command[0] != "agentworkers":
+        command = [*(container.command or ENTRYPOINT), *(container.args or [])]
+        if command[0] != "agentworkers":
             log.warning(
                 "%s/%s: refusing to run %r (only agentworkers runs here)",
                 namespace,
@@ -104,9 +123,13 @@ class PodRunner:
                 command[:1],
             )
             return
+        owned = own_address(pod.status.pod_ip)
         sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
         home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
-        env = {e.name: e.value for e in container.env or [] if e.value is not None}
+        mounts = self.mount_volumes(pod, container, home / "volumes")
+        env = {e.name: self.env_value(pod, e) for e in container.env or []}
+        env = {k: local(v, mounts, pod) for k, v in env.items() if v is not None}
+        command = [local(arg, mounts, pod) for arg in command]
         env.update(
             AGENTWORKERS_SECRETS_DIR=str(self.mount_secrets(pod, home / "secrets")),
             AGENTWORKERS_SANDBOX=str(sandbox),
@@ -128,9 +151,64 @@ class PodRunner:
         for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
             threading.Thread(target=cri_copy, args=(pipe, logfile, stream), daemon=True).start()
         with self.lock:
-            self.runs[(namespace, name)] = Run(process, sandbox, home)
+            self.runs[(namespace, name)] = Run(process, sandbox, home, pod)
+            if owned:
+                self.addresses[(namespace, name)] = pod.status.pod_ip
         log.info("%s/%s: started %s (pid %d)", namespace, name, " ".join(command), process.pid)
         threading.Thread(target=self.reap, args=((namespace, name),), daemon=True).start()
+
+    @staticmethod
+    def env_value(pod: kubernetes.client.V1Pod, var: kubernetes.client.V1EnvVar) -> str | None:
+        """A plain value, or the downward API's fieldRef; other sources are not supported."""
+        if var.value is not None or var.value_from is None or var.value_from.field_ref is None:
+            return var.value
+        fields = {
+            "metadata.name": pod.metadata.name,
+            "metadata.namespace": pod.metadata.namespace,
+            "status.podIP": pod.status.pod_ip,
+            "spec.serviceAccountName": pod.spec.service_account_name,
+        }
+        return fields.get(var.value_from.field_ref.field_path)
+
+    def mount_volumes(
+        self,
+        pod: kubernetes.client.V1Pod,
+        container: kubernetes.client.V1Container,
+        root: Path,
+    ) -> dict[str, Path]:
+        """Each mounted emptyDir, ConfigMap and Secret volume as a local directory (keys as
+        files, `items` honoured), by the mount path the container sees."""
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        mounts: dict[str, Path] = {}
+        for mount in container.volume_mounts or []:
+            volume = volumes.get(mount.name)
+            if volume is None or not (volume.empty_dir or volume.config_map or volume.secret):
+                continue
+            directory = root / mount.name
+            directory.mkdir(parents=True, exist_ok=True)
+            data: dict[str, bytes] = {}
+            items = None
+            try:
+                if volume.config_map:
+                    found = self.core.read_namespaced_config_map(
+                        volume.config_map.name, pod.metadata.namespace
+                    )
+                    data = {k: v.encode() for k, v in (found.data or {}).items()}
+                    items = volume.config_map.items
+                elif volume.secret:
+                    found = self.core.read_namespaced_secret(
+                        volume.secret.secret_name, pod.metadata.namespace
+                    )
+                    data = {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
+                    items = volume.secret.items
+            except ApiException as e:
+                log.warning("%s/%s: volume %s: %s", *key_of(pod), mount.name, e.reason)
+            paths = {i.key: i.path for i in items} if items else {k: k for k in data}
+            for key, path in paths.items():
+                if key in data:
+                    (directory / path).write_bytes(data[key])
+            mounts[mount.mount_path] = directory
+        return mounts
 
     def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
         """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
@@ -211,10 +289,26 @@ class PodRunner:
         code = run.process.wait()
         with self.lock:
             self.runs.pop(key, None)
+            stopped = key in self.stopped
+            self.stopped.discard(key)
         shutil.rmtree(run.sandbox, ignore_errors=True)
         shutil.rmtree(run.home, ignore_errors=True)
-        if code in (-signal.SIGTERM, -signal.SIGKILL):
+        restart = run.pod.spec.restart_policy == "Always"
+        if stopped or self.stopping.is_set() or not restart:
+            with self.lock:
+                address = self.addresses.pop(key, None)
+            if address:
+                drop_address(address)
+        if stopped or self.stopping.is_set():
             return  # stopped because the pod went away
+        if restart:
+            log.info("%s/%s: exited %d; starting it again", *key, code)
+            time.sleep(RESTART_DELAY)
+            if not self.stopping.is_set():
+                self.start(run.pod)
+            return
+        if code in (-signal.SIGTERM, -signal.SIGKILL):
+            return  # stopped from outside
         self.report(key, code)
 
     def report(self, key: tuple[str, str], code: int) -> None:
@@ -258,6 +352,8 @@ class PodRunner:
             run = self.runs.get(key)
         if run is None or run.process.poll() is not None:
             return
+        with self.lock:
+            self.stopped.add(key)
         log.info("%s/%s: pod deleted, stopping the process", *key)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.process.pid, signal.SIGTERM)
@@ -271,9 +367,49 @@ class PodRunner:
         self.stopping.set()
         for key in list(self.runs):
             self.stop(key)
+        for address in self.addresses.values():
+            drop_address(address)
 
 
 _write_lock = threading.Lock()
+
+
+def own_address(ip: str | None) -> bool:
+    """Put a pod's IP on the loopback device, unless this machine has it already; True
+    when it was put there (and is to be taken off with the pod)."""
+    if not ip or ipaddress.ip_address(ip).is_loopback:
+        return False
+    shown = subprocess.run(
+        ["ip", "-o", "addr", "show", "dev", "lo"], check=False, capture_output=True, text=True
+    )
+    if f" {ip}/" in shown.stdout:
+        return False
+    added = subprocess.run(
+        ["ip", "addr", "add", f"{ip}/32", "dev", "lo"], check=False, capture_output=True, text=True
+    )
+    if added.returncode != 0:
+        log.warning("cannot put pod IP %s on lo (%s): its pod is unreachable", ip, added.stderr)
+    return added.returncode == 0
+
+
+def drop_address(ip: str) -> None:
+    subprocess.run(["ip", "addr", "del", f"{ip}/32", "dev", "lo"], check=False, capture_output=True)
+
+
+def key_of(pod: kubernetes.client.V1Pod) -> tuple[str, str]:
+    return pod.metadata.namespace, pod.metadata.name
+
+
+def local(value: str, mounts: dict[str, Path], pod: kubernetes.client.V1Pod) -> str:
+    """An argument or env value as it means here: a mount path made local, and 0.0.0.0
+    (every address of the pod's own network) made the pod's own IP."""
+    for mount_path, directory in sorted(mounts.items(), key=lambda m: -len(m[0])):
+        # A path, alone or after a flag's "=": /etc/agentworkers/x, --tls-dir=/var/run/...
+        found = re.search(rf"(^|=){re.escape(mount_path)}(?=/|$)", value)
+        if found:
+            value = value[: found.end(1)] + str(directory) + value[found.end() :]
+            break
+    return value.replace("0.0.0.0", pod.status.pod_ip) if pod.status.pod_ip else value
 
 
 def cri_copy(pipe: Any, logfile: Path, stream: str) -> None:

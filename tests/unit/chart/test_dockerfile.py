@@ -7,6 +7,7 @@ steps run on this machine with the image's paths moved under a temporary directo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -104,6 +105,14 @@ def test_no_build_tools_in_the_final_stage(stages: list[Stage]) -> None:
 
 def test_entrypoint_is_the_agentworkers_command(stages: list[Stage]) -> None:
     assert stages[-1].of("ENTRYPOINT") == ['["agentworkers"]']
+    # The local pod runner runs the chart's operator pod (no command, only args) with the
+    # image's entry point: the two stay in step.
+    sys.path.insert(0, str(REPO / "hack"))
+    try:
+        import podrunner  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(REPO / "hack"))
+    assert json.loads(stages[-1].of("ENTRYPOINT")[0]) == podrunner.ENTRYPOINT
     env = " ".join(stages[-1].of("ENV"))
     assert "PATH=/opt/agentworkers/bin:" in env
 
