@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +28,7 @@ import yaml
 
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.client import Client
+from agentworkers.controller.tls import self_signed
 from tests.e2e.support import (
     CONFIG,
     PROFILES,
@@ -264,3 +269,98 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
         assert _revisions(cluster, team) == revisions
     finally:
         install_crds(cluster)  # the suite's own CRDs back (the field goes again)
+
+
+def _process_of(pod: str) -> int | None:
+    """The pid the pod runner runs `pod`'s operator as (its POD_ID, from the pod's env)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"POD_ID={pod}".encode() in environ and b"operator" in cmdline:
+            return int(proc.name)
+    return None
+
+
+def _active(cluster: Cluster, install: Install) -> str | None:
+    """The controller replica kopf's peering lets work: the live peer of highest priority."""
+    found = cluster.kubectl(
+        "get", "kopfpeering", f"{install.release}-agentworkers", "-n", install.team,
+        "-o", "json", check=False,
+    )  # fmt: skip
+    if found.returncode != 0:
+        return None
+    peers = json.loads(found.stdout).get("status") or {}
+    live = {p["metadata"]["name"] for p in install.operator_pods()}  # type: ignore[index]
+    ranked = sorted((v["priority"], k) for k, v in peers.items() if k in live)
+    return ranked[-1][1] if ranked else None
+
+
+def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps_answering(
+    install: Install, tmp_path: Path
+) -> None:
+    cluster, team, system = install.cluster, install.team, install.system
+    # One certificate for every replica that answers the webhook.
+    host = f"{install.release}-agentworkers-webhook.{system}.svc"
+    cert, key = self_signed(tmp_path / "tls", [host])
+    cluster.kubectl(
+        "create", "secret", "tls", "webhook-tls", "-n", system, f"--cert={cert}", f"--key={key}"
+    )
+    # kopf's peering CRDs outlive the release that installed them (other kopf operators
+    # may use them): a later release leaves them be, as docs/install.md says.
+    kopf_crds = cluster.kubectl("get", "crd", "kopfpeerings.kopf.dev", check=False)
+    helm_install(
+        install,
+        "--set", "replicas=2",
+        "--set", "admission.replicas=2",
+        "--set", "webhook.tls.secretName=webhook-tls",
+        "--set", f"peering.installCRDs={str(kopf_crds.returncode != 0).lower()}",
+    )  # fmt: skip
+    wait_until("two controller pods", lambda: len(install.operator_pods()) == 2, timeout=60)
+    wait_until("admission to answer", install.answering, timeout=90)
+    cluster.apply(team, *PROFILES, CONFIG)
+    first_revision(cluster, team)
+    client = Client(cluster.api, team)
+    for name in ("w1", "w2", "w3"):
+        client.spawn(name, WorkerSpec(agent="planner", initial_message="before"))
+    wait_until("their pods", lambda: all(_pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")))
+    pods = {n: _pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")}
+    leader = wait_until("one leader", lambda: _active(cluster, install), timeout=60)
+    pid = _process_of(leader)
+    assert pid is not None, f"no process runs {leader}"
+
+    # Admission, throughout: a dry-run spawn every 0.3 s must be answered, never fail.
+    refused: list[str] = []
+    probing = threading.Event()
+
+    def probe() -> None:
+        body = json.dumps(worker("probe", initialMessage="dry run"))
+        while not probing.is_set():
+            dry = cluster.kubectl(
+                "create", "--dry-run=server", "-n", team, "-f", "-", stdin=body, check=False
+            )
+            if dry.returncode != 0:
+                refused.append(dry.stderr)
+            time.sleep(0.3)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        client.spawn("after", WorkerSpec(agent="planner", initial_message="after the kill"))
+        wait_until("a pod for a spawn after the kill", lambda: _pod_uid(cluster, team, "after"),
+                   timeout=60)  # fmt: skip
+        failover = time.monotonic() - killed
+        time.sleep(2)
+    finally:
+        probing.set()
+        prober.join()
+    print(f"failover: a spawn's pod {failover:.1f} s after the leader's SIGKILL")
+    assert failover < 30
+    assert not refused, refused[:3]
+    assert {n: _pod_uid(cluster, team, n) for n in pods} == pods  # no second pod

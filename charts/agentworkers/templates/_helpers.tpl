@@ -174,3 +174,10 @@ operator
 {{- $defaults := merge (dict) .Values.workerDefaults (dict "image" (include "agentworkers.image" .)) -}}
 {{- toYaml $defaults -}}
 {{- end -}}
+
+{{/* The peering objects are hooks (see peering.yaml); helm uninstall leaves them, with
+their namespaces' other objects. */}}
+{{- define "agentworkers.peeringHook" -}}
+helm.sh/hook: post-install,post-upgrade
+helm.sh/hook-delete-policy: before-hook-creation
+{{- end -}}

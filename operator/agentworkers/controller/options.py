@@ -46,7 +46,8 @@ class Options:
         self, checks: Mapping[str, Check], ready: Callable[[], bool] = lambda: True
     ) -> ThreadedWebhookServer:
         host = self.webhook_host or self.webhook_addr
-        cert, key = self_signed(self.tls_dir, [host, self.webhook_addr])
+        # The certificate names what the API server dials, not the address listened on.
+        cert, key = self_signed(self.tls_dir, [host])
         server_class = ServiceWebhookServer if host.endswith(".svc") else ThreadedWebhookServer
         return server_class(
             checks=checks,

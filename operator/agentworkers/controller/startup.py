@@ -14,6 +14,7 @@ event).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -34,6 +35,9 @@ PROFILES = (GROUP, VERSION, "virtualagentprofiles")
 REVISIONS = (GROUP, VERSION, "agentconfigrevisions")
 WORKERS = (GROUP, VERSION, "workers")
 PODS = ("", "v1", "pods")
+# Seconds a peer's keepalive holds: a standby takes over this long after the active
+# replica's last (kopf's default, 60, is past a failover a platform team waits out).
+PEERING_LIFETIME = 15
 # Only the pods of Workers: the operator never reads any other.
 POD_FILTER: dict[str, Any] = {"labels": {WORKER_LABEL: kopf.PRESENT}}
 
@@ -57,6 +61,8 @@ def configure(
     settings.peering.standalone = options.standalone
     if options.peering:
         settings.peering.name = options.peering
+        settings.peering.priority = peering_priority(time.time())
+        settings.peering.lifetime = PEERING_LIFETIME
     memo.api = kube.connect(
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api
@@ -69,6 +75,13 @@ def configure(
     memo.synced = kopf_fixes.indexed
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
+
+
+def peering_priority(started: float) -> int:
+    """The replica started first works; the others stand by. Replicas of one Deployment
+    are alike, and kopf pauses every peer that sees another of its own priority: equal
+    priorities would leave none working."""
+    return -int(started * 1_000_000)
 
 
 @kopf.on.cleanup()

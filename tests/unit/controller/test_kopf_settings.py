@@ -29,3 +29,13 @@ def test_success_lines_go_and_the_rest_stays() -> None:
     assert quiet.filter(record(logging.INFO, "Resuming is processed: 1 succeeded; 0 failed."))
     assert quiet.filter(record(logging.ERROR, "Handler %r failed permanently.", "worker_event"))
     assert quiet.filter(record(logging.WARNING, "Handler %r succeeded.", "x"))
+
+
+def test_the_replica_started_first_works_and_the_others_stand_by() -> None:
+    """kopf pauses every peer that sees another of its own priority; alike replicas get
+    theirs from their start, the oldest highest."""
+    from agentworkers.controller.startup import peering_priority  # noqa: PLC0415
+
+    first, second = peering_priority(1_700_000_000.25), peering_priority(1_700_000_000.5)
+    assert first > second
+    assert peering_priority(1_700_000_000.000001) != peering_priority(1_700_000_000.000002)
