@@ -300,9 +300,12 @@ def _active(cluster: Cluster, install: Install) -> str | None:
     return ranked[-1][1] if ranked else None
 
 
+@pytest.mark.parametrize("admission_replicas", [0, 2], ids=["admission-in-each", "admission-apart"])
 def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps_answering(
-    install: Install, tmp_path: Path
+    install: Install, tmp_path: Path, admission_replicas: int
 ) -> None:
+    """Both layouts: each controller replica answering the webhook too, and admission in a
+    Deployment of its own."""
     cluster, team, system = install.cluster, install.team, install.system
     # One certificate for every replica that answers the webhook.
     host = f"{install.release}-agentworkers-webhook.{system}.svc"
@@ -316,7 +319,7 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     helm_install(
         install,
         "--set", "replicas=2",
-        "--set", "admission.replicas=2",
+        "--set", f"admission.replicas={admission_replicas}",
         "--set", "webhook.tls.secretName=webhook-tls",
         "--set", f"peering.installCRDs={str(kopf_crds.returncode != 0).lower()}",
     )  # fmt: skip
