@@ -154,3 +154,66 @@ def test_worker_pods_get_the_install_s_knobs_under_the_agent_s_own(
             {"kubernetes.io/arch": "amd64"},
             "AgentConfig/planner",
         )
+
+
+@pytest.mark.usefixtures("operator")
+def test_a_model_provider_defined_once_reaches_each_run_and_only_its_key_is_mounted(
+    cluster: Cluster, namespace: str
+) -> None:
+    provider = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "ModelProvider",
+        "metadata": {"name": "vllm"},
+        "spec": {
+            "api": "scripted",
+            "endpoint": "http://vllm.models:8000/v1",
+            "apiKeySecret": "vllm-key",
+            "defaultModel": "llama-3-70b",
+        },
+    }
+    config = copy.deepcopy(CONFIG)
+    model = config["spec"]["model"]
+    for inline in ("provider", "model"):
+        model.pop(inline)
+    # Named once: an inline endpoint beside the reference is refused at admission.
+    both = copy.deepcopy(config)
+    both["spec"]["model"].update(providerRef="vllm", baseURL="http://elsewhere/v1")
+    refused = cluster.apply(namespace, both, check=False)
+    assert refused.returncode != 0
+    assert "spec.model: Value error, providerRef replaces baseURL" in refused.stderr
+    model["providerRef"] = "vllm"
+    cluster.apply(namespace, provider, config)
+    first_revision(cluster, namespace)
+    assert cluster.kubectl("get", "mp", "vllm", "-n", namespace).returncode == 0  # short name
+
+    def effective(name: str) -> dict[str, object]:
+        pod = cluster.kubectl_json("get", "pod", name, "-n", namespace)
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        secrets = [v["secret"]["secretName"] for v in pod["spec"]["volumes"] if "secret" in v]
+        return {**json.loads(env["AGENTWORKERS_EFFECTIVE_CONFIG"]), "mounted": secrets}
+
+    def pod_of(name: str) -> bool:
+        return cluster.kubectl("get", "pod", name, "-n", namespace, check=False).returncode == 0
+
+    cluster.apply(namespace, worker("first", initialMessage="hello"))
+    wait_until("first's pod", lambda: pod_of("first"), timeout=60)
+    seen = effective("first")
+    assert (seen["provider"], seen["baseURL"], seen["model"]) == (
+        "scripted",
+        "http://vllm.models:8000/v1",
+        "llama-3-70b",
+    )
+    assert seen["mounted"] == ["vllm-key"]
+
+    # The endpoint moves: one edit of the provider; the next run talks to the new one.
+    provider["spec"]["endpoint"] = "http://vllm.gpu:8000/v1"
+    cluster.apply(namespace, provider)
+    cluster.apply(namespace, worker("second", initialMessage="hello"))
+    wait_until("second's pod", lambda: pod_of("second"), timeout=60)
+    assert effective("second")["baseURL"] == "http://vllm.gpu:8000/v1"
+    # Before a run starts, explain works it out the same way.
+    cluster.apply(namespace, worker("held", initialMessage="hello", suspend=True))
+    explained = Client(cluster.api, namespace).explain("held")
+    assert "with ModelProvider/vllm" in explained.config
+    fields = {f.field: f.value for f in explained.fields}
+    assert (fields["model"], fields["baseURL"]) == ("llama-3-70b", "http://vllm.gpu:8000/v1")

@@ -16,6 +16,7 @@ from agentworkers.api.profile import (
     VirtualAgentProfileSpec,
     VirtualAgentProfileStatus,
 )
+from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.revision import AgentConfigRevisionSpec, FrozenProfile, FrozenProfileMap
 from agentworkers.api.worker import WorkerSpec, WorkerStatus
 
@@ -191,11 +192,30 @@ WORKER = Resource(
     ),
 )
 
+MODEL_PROVIDER = Resource(
+    kind="ModelProvider",
+    plural="modelproviders",
+    description="A model endpoint defined once per namespace: its API, endpoint, key Secret "
+    "and default model, referenced by AgentConfigs (spec.model.providerRef). Each run "
+    "resolves it when it starts and mounts only its key.",
+    spec=ModelProviderSpec,
+    status=None,
+    short_names=("mp",),
+    printer_columns=(
+        column("API", ".spec.api"),
+        column("Endpoint", ".spec.endpoint"),
+        column("Default Model", ".spec.defaultModel"),
+        column("Key", ".spec.apiKeySecret", priority=1),
+        AGE,
+    ),
+)
+
 RESOURCES: tuple[Resource, ...] = (
     AGENT_CONFIG,
     AGENT_CONFIG_REVISION,
     VIRTUAL_AGENT_PROFILE,
     WORKER,
+    MODEL_PROVIDER,
 )
 
 __all__ = [

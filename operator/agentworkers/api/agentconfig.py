@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
+from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     MAX_INSTRUCTIONS_BYTES,
@@ -34,8 +35,17 @@ class ModelDefaults(KubeModel):
         "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
         min_length=1,
     )
-    model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] = Field(
-        description=f"Model name sent to the provider, at most {MAX_MODEL_LENGTH} bytes.",
+    model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] | None = Field(
+        default=None,
+        description=f"Model name sent to the provider, at most {MAX_MODEL_LENGTH} bytes; "
+        "may be left out with a providerRef that has a defaultModel.",
+        min_length=1,
+    )
+    provider_ref: StrictStr | None = Field(
+        default=None,
+        description="A ModelProvider in this namespace: its api, endpoint and key stand for "
+        "provider, baseURL and apiKeySecret (set either, not both), resolved when each run "
+        "starts.",
         min_length=1,
     )
     base_url: StrictStr | None = Field(
@@ -65,6 +75,27 @@ class ModelDefaults(KubeModel):
         description="For the scripted provider: the steps it replies with ({reply}, {tool, "
         "args}, {thought}, {match, reply}); a Worker's own script wins.",
     )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        inline = self.model_fields_set & {"provider", "base_url", "api_key_secret"}
+        if self.provider_ref is not None and inline:
+            named = ", ".join(sorted(ModelDefaults.model_fields[f].alias or f for f in inline))
+            raise ValueError(f"providerRef replaces {named}: set either, not both")
+        if self.model is None and self.provider_ref is None:
+            raise ValueError("model is required unless a providerRef gives a defaultModel")
+        return self
+
+    def with_provider(self, provider: ModelProviderSpec) -> ModelDefaults:
+        """These defaults with the referenced provider's api, endpoint, key and model."""
+        return self.model_copy(
+            update={
+                "provider": provider.api,
+                "base_url": provider.endpoint,
+                "api_key_secret": provider.api_key_secret,
+                "model": self.model or provider.default_model,
+            }
+        )
 
 
 class Limits(KubeModel):

@@ -30,6 +30,9 @@ ACCEPTED: Final = "Accepted"
 # Waiting (Ready=False, the run is retried):
 AGENT_CONFIG_MISSING: Final = "AgentConfigMissing"  # the agent's AgentConfig does not exist
 AGENT_CONFIG_INVALID: Final = "AgentConfigInvalid"  # it does not decode; it reports why itself
+PROVIDER_MISSING: Final = "ModelProviderMissing"  # spec.model.providerRef names none
+PROVIDER_INVALID: Final = "ModelProviderInvalid"  # the ModelProvider does not decode
+MODEL_MISSING: Final = "ModelMissing"  # no model: neither the config, its provider nor the run
 NO_ACTIVE_REVISION: Final = "NoActiveRevision"  # it has no revision yet
 ANCESTOR_NOT_BOUND: Final = "AncestorNotBound"  # the profile run above is not bound yet
 SUSPENDED: Final = "Suspended"  # Started=False until spec.suspend is cleared

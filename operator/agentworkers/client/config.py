@@ -14,6 +14,7 @@ from agentworkers.api import (
 )
 from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
 from agentworkers.api.names import AGENT_LABEL, BINDING_ANNOTATION
+from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
     Body,
@@ -111,6 +112,14 @@ class ConfigReads(Reads):
                 self._pod_knobs(spec.agent, info.status.pod),
             )
         config, where, revision = self._config_at(spec.agent, pinned)
+        if (ref := config.model.provider_ref) is not None:
+            # As the run will start: with its provider as it is now.
+            missing = NotFoundError(f"unknown ModelProvider {ref!r} in namespace {self.namespace}")
+            provider = ModelProviderSpec.model_validate(
+                self._get_object("modelproviders", ref, missing).get("spec") or {}
+            )
+            config = config.model_copy(update={"model": config.model.with_provider(provider)})
+            where = f"{where} with ModelProvider/{ref}"
         if spec.profile and profile is None and revision is not None:
             # An older binding without the sealed snapshot: the pinned revision's map has it.
             found = [

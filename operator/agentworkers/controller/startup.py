@@ -33,6 +33,7 @@ from agentworkers.kube.store import TRIM, Store
 AGENT_CONFIGS = (GROUP, VERSION, "agentconfigs")
 PROFILES = (GROUP, VERSION, "virtualagentprofiles")
 REVISIONS = (GROUP, VERSION, "agentconfigrevisions")
+PROVIDERS = (GROUP, VERSION, "modelproviders")
 WORKERS = (GROUP, VERSION, "workers")
 PODS = ("", "v1", "pods")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
@@ -115,6 +116,7 @@ def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
         (AGENT_CONFIGS, {}),
         (PROFILES, {}),
         (REVISIONS, {}),
+        (PROVIDERS, {}),
         (WORKERS, {}),
         (PODS, POD_FILTER),
     ):

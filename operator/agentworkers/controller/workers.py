@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, reasons
 from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
+from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
 from agentworkers.controller import lineage, metrics, worker_tree
 from agentworkers.controller.requeue import Later
@@ -87,6 +88,7 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
     try:
         config = AgentConfigSpec.model_validate(config_body["spec"])
         config = config.model_copy(update={"worker": config.worker.over(pod_defaults)})
+        config = _with_provider(storage, worker, config)
     except ValidationError as e:
         # Its own handler reports the fault on the AgentConfig; the run waits for a fix.
         worker.wait(
@@ -286,6 +288,28 @@ def _stop(
     worker.condition(reasons.READY, "False", reasons.KILLED, message)
     log.info("%s", message, extra=_ref(worker))
     storage.post_event(worker.body, "Warning", event, message)
+
+
+def _with_provider(storage: Repository, worker: Worker, config: AgentConfigSpec) -> AgentConfigSpec:
+    """The config with its ModelProvider's api, endpoint, key and model, as they are now:
+    a key rotation or an endpoint move reaches every run that starts after it."""
+    ref = config.model.provider_ref
+    if ref is not None:
+        found = storage.get("modelproviders", worker.namespace, ref)
+        if found is None:
+            worker.wait(reasons.PROVIDER_MISSING, f"ModelProvider {ref!r} does not exist")
+        try:
+            provider = ModelProviderSpec.model_validate(found.get("spec") or {})
+        except ValidationError as e:
+            worker.wait(reasons.PROVIDER_INVALID, f"ModelProvider {ref!r}: {describe(e)}")
+        config = config.model_copy(update={"model": config.model.with_provider(provider)})
+    if config.model.model is None and worker.spec.model is None:
+        worker.wait(
+            reasons.MODEL_MISSING,
+            f"no model: AgentConfig {worker.spec.agent!r} names none, nor does ModelProvider "
+            f"{ref!r} (defaultModel) or the Worker",
+        )
+    return config
 
 
 def _tree_spent(storage: Repository, worker: Worker) -> bool:

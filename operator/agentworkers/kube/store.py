@@ -87,6 +87,7 @@ TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
     "agentconfigs": _whole,
     "agentconfigrevisions": _whole,
     "virtualagentprofiles": _whole,
+    "modelproviders": _whole,
 }
 
 

@@ -218,6 +218,7 @@ def test_selectors_match(rendered: dict[str, list[dict[str, Any]]]) -> None:
 OPERATOR_NEEDS = [
     ("agentworkers.io", "agentconfigs", "get list watch patch update"),
     ("agentworkers.io", "virtualagentprofiles", "get list watch patch update"),
+    ("agentworkers.io", "modelproviders", "get list watch"),
     ("agentworkers.io", "workers", "get list watch patch update"),
     ("agentworkers.io", "agentconfigs/status", "get patch update"),
     ("agentworkers.io", "workers/status", "get patch update"),

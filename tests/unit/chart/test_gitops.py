@@ -232,3 +232,17 @@ def test_the_examples_validate_against_the_models() -> None:
                 AgentConfigSpec.model_validate(obj["spec"])
             elif obj["kind"] == "VirtualAgentProfile":
                 VirtualAgentProfileSpec.model_validate(obj["spec"])
+
+
+def test_every_example_validates_against_its_model() -> None:
+    """examples/*.yaml: each object parses with the model of its kind (the CRDs' source)."""
+    from agentworkers.api import RESOURCES  # noqa: PLC0415
+
+    specs = {r.kind: r.spec for r in RESOURCES}
+    seen = set()
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        for obj in yaml.safe_load_all(path.read_text()):
+            if obj:
+                specs[obj["kind"]].model_validate(obj["spec"])
+                seen.add(obj["kind"])
+    assert {"AgentConfig", "VirtualAgentProfile", "ModelProvider"} <= seen

@@ -602,3 +602,79 @@ def test_the_image_0_1_0_filled_in_by_default_stands_for_the_install_s() -> None
     assert WorkerTemplate.model_validate({"image": "mine:1"}).over(WorkerPod(image="x")).image == (
         "mine:1"
     )
+
+
+# --- a model provider defined once ---------------------------------------------------
+
+
+def _provider(memory: Memory, **spec: Any) -> None:
+    memory.put(
+        "modelproviders",
+        {
+            "apiVersion": "agentworkers.io/v1alpha1",
+            "kind": "ModelProvider",
+            "metadata": {"name": "vllm"},
+            "spec": spec,
+        },
+    )
+
+
+def _pod_config(memory: Memory, name: str) -> dict[str, Any]:
+    pod = memory.find("pods", name)
+    assert pod is not None
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    return dict(json.loads(env["AGENTWORKERS_EFFECTIVE_CONFIG"]))
+
+
+def test_a_provider_named_once_serves_every_run_and_mounts_only_its_key() -> None:
+    memory = Memory()
+    model = {k: v for k, v in CONFIG["spec"]["model"].items() if k not in ("provider", "model")}
+    planner(memory, model={**model, "providerRef": "vllm"})
+    memory.put("workers", worker("early"))
+    assert reconcile(memory, "early") == "retry"  # no provider yet: the run waits, and says so
+    status = memory.find("workers", "early")["status"]  # type: ignore[index]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["message"]) == (
+        "ModelProviderMissing",
+        "ModelProvider 'vllm' does not exist",
+    )
+    _provider(
+        memory,
+        api="openai",
+        endpoint="http://vllm.models:8000/v1",
+        apiKeySecret="vllm-key",
+        defaultModel="llama-3-70b",
+    )
+    reconcile(memory, "early")
+    decided = _pod_config(memory, "early")
+    assert (decided["provider"], decided["baseURL"], decided["model"]) == (
+        "openai",
+        "http://vllm.models:8000/v1",
+        "llama-3-70b",
+    )
+    volumes = memory.find("pods", "early")["spec"]["volumes"]  # type: ignore[index]
+    assert [v["secret"]["secretName"] for v in volumes if "secret" in v] == ["vllm-key"]
+
+    # The endpoint moves and the key is another Secret: one edit, the next run has both.
+    _provider(memory, api="openai", endpoint="http://vllm.gpu:8000/v1", apiKeySecret="vllm-key-2",
+              defaultModel="llama-3-70b")  # fmt: skip
+    memory.put("workers", worker("late"))
+    reconcile(memory, "late")
+    assert _pod_config(memory, "late")["baseURL"] == "http://vllm.gpu:8000/v1"
+    assert _pod_config(memory, "late")["apiKeySecret"] == "vllm-key-2"
+    assert _pod_config(memory, "early")["baseURL"] == "http://vllm.models:8000/v1"  # as it started
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({"providerRef": "vllm", "baseURL": "http://x"}, "providerRef replaces baseURL"),
+        ({"providerRef": "vllm", "provider": "openai"}, "providerRef replaces provider"),
+        ({"temperature": 0.5}, "model is required unless a providerRef gives a defaultModel"),
+    ],
+)
+def test_a_config_names_its_model_source_once(model: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        AgentConfigSpec.model_validate({**CONFIG["spec"], "model": model})
+    error = describe(refused.value)
+    assert error.field == "spec.model" and message in str(error)
