@@ -2,6 +2,7 @@
 """Faults, injected while a workload runs, then invariants checked: nothing lost or doubled.
 
     python bench/faults.py [--spawns 1000] [--kills 20] [--seconds 120]
+                           [--runs 60] [--runtime-kills 10] [--pod-deletes 5]
 
 Scenario "operator crashes": spawns Workers at a steady pace (a third of them profiled
 children of running parents) while the operator is SIGKILLed at random moments and
@@ -17,6 +18,13 @@ invariant's violations (all expected 0):
 - a binding annotation rewritten once written;
 - an AgentConfigRevision cut twice for one config.
 
+Scenario "worker runtimes killed": interactive runs whose runtimes run as local
+processes (hack/podrunner.py); some runtimes are SIGKILLed (an OOM kill, say) and some
+pods deleted behind the operator's back. Invariants: no run hangs after its runtime died;
+each such run is Failed with its reason (what its container's end says, or PodLost), one
+Warning Event, and the same reason to whoever collects it; every other run stays Idle; no
+run gets a second pod.
+
 Bounded in count and time, loopback only; run it alone on the local control plane.
 `tests/e2e/test_faults.py` runs a short version in `make test`.
 """
@@ -27,6 +35,7 @@ import argparse
 import contextlib
 import copy
 import json
+import os
 import random
 import signal
 import sys
@@ -50,10 +59,13 @@ from tests.e2e.support import (  # noqa: E402
     Operator,
     install_crds,
     local_cluster,
+    pod_runner,
+    process_with,
     wait_until,
 )
 
 from agentworkers.api.names import BINDING_ANNOTATION, WORKER_LABEL  # noqa: E402
+from agentworkers.client import Client  # noqa: E402
 from agentworkers.errors import ApiError  # noqa: E402
 from agentworkers.kube.api import Api  # noqa: E402
 from agentworkers.kube.watch import observe  # noqa: E402
@@ -67,17 +79,27 @@ INVARIANTS = (
     "binding rewritten",
     "revision cut twice",
 )
+RUNTIME_INVARIANTS = (
+    "run hung after its runtime died",
+    "failure without its reason",
+    "Events per failed run not 1",
+    "collect without the reason",
+    "untouched run disturbed",
+    "second pod",
+)
 
 
 @dataclass
 class Report:
     scenario: str
     workload: str
+    invariants: tuple[str, ...] = INVARIANTS
     faults: list[str] = field(default_factory=list)
     converged_seconds: float = float("nan")
-    violations: dict[str, list[str]] = field(
-        default_factory=lambda: {name: [] for name in INVARIANTS}
-    )
+    violations: dict[str, list[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.violations = {name: [] for name in self.invariants}
 
     def show(self) -> None:
         print(f"\n== {self.scenario}: {self.workload}")
@@ -281,21 +303,130 @@ def _revisions(api: Api, namespace: str) -> int:
     return len(_items(api, namespace, "agentconfigrevisions"))
 
 
+def runtimes_killed(cluster: Cluster, runs: int, kills: int, deletes: int) -> Report:
+    """`runs` interactive runs, their runtimes in local processes (hack/podrunner.py); then
+    `kills` runtimes SIGKILLed and `deletes` pods deleted behind the operator's back. Each
+    such run must fail loud (its reason in status, one Event, the same reason to whoever
+    collects it); every other run goes on untouched; no run gets a second pod."""
+    api = Api(cluster.api)
+    prefix = f"faults{uuid.uuid4().hex[:4]}"
+    namespace = f"{prefix}-runtimes"
+    names = [f"run-{i:03d}" for i in range(runs)]
+    report = Report(
+        "worker runtimes killed",
+        f"{runs} interactive runs, {kills} runtimes SIGKILLed, {deletes} pods deleted",
+        RUNTIME_INVARIANTS,
+    )
+    cluster.kubectl("create", "namespace", namespace)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        Operator.start(
+            cluster,
+            Path(tmp),
+            f"--namespace={prefix}-*",
+            f"--webhook-name=agentworkers-{prefix}.io",
+        ),
+        pod_runner(cluster, namespace, Path(tmp) / "pods"),
+    ):
+        config = copy.deepcopy(CONFIG)
+        config["spec"]["model"]["script"] = [{"reply": "waiting for more"}]
+        cluster.apply(namespace, *PROFILES, config)
+        wait_until("revision 1", lambda: _revisions(api, namespace) == 1)
+        for name in names:
+            api.create("workers", namespace, _worker(name, interactive=True))
+        wait_until(
+            "every run to be Idle",
+            lambda: all(_status(api, namespace, n).get("phase") == "Idle" for n in names),
+            timeout=60 + runs,
+        )
+        pods = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _items(api, namespace, "pods")}
+        victims = random.sample(names, kills + deletes)
+        killed, deleted = victims[:kills], victims[kills:]
+        for name in killed:
+            pid = process_with(
+                {"AGENTWORKERS_WORKER": name, "AGENTWORKERS_NAMESPACE": namespace}, "run"
+            )
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                report.faults.append(f"SIGKILL {name}")
+        for name in deleted:
+            cluster.kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+            report.faults.append(f"pod of {name} deleted")
+        last_fault = time.monotonic()
+
+        def ended() -> bool:
+            return all(_status(api, namespace, n).get("phase") == "Failed" for n in victims)
+
+        with contextlib.suppress(AssertionError):  # what hung is counted below
+            wait_until("every victim to fail", ended, timeout=60)
+        report.converged_seconds = time.monotonic() - last_fault
+        _check_runtimes(cluster, namespace, names, victims, pods, report)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    return report
+
+
+def _check_runtimes(
+    cluster: Cluster,
+    namespace: str,
+    names: list[str],
+    victims: list[str],
+    pods: dict[str, str],
+    r: Report,
+) -> None:
+    v = r.violations
+    api = Api(cluster.api)
+    events = api.list("events", namespace).get("items", [])
+    errors: dict[str, str] = {}
+    for name in names:
+        status = _status(api, namespace, name)
+        if name not in victims:
+            if status.get("phase") != "Idle":
+                v["untouched run disturbed"].append(f"{name}: {status.get('phase')}")
+            continue
+        if status.get("phase") != "Failed":
+            v["run hung after its runtime died"].append(f"{name}: {status.get('phase')}")
+            continue
+        error = errors[name] = status.get("error") or ""
+        if not error or error == "the pod failed":
+            v["failure without its reason"].append(f"{name}: {error!r}")
+        warned = [
+            e for e in events
+            if e["involvedObject"].get("name") == name and e.get("type") == "Warning"
+        ]  # fmt: skip
+        if len(warned) != 1:
+            v["Events per failed run not 1"].append(f"{name}: {len(warned)}")
+    client = Client(cluster.api, namespace)
+    for name, error in errors.items():
+        result = client.collect(name, timeout=10)
+        if (result.phase, result.error) != ("Failed", error):
+            v["collect without the reason"].append(f"{name}: {result.phase} {result.error!r}")
+    now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in _items(api, namespace, "pods")}
+    v["second pod"] += sorted(n for n, uid in now.items() if n in pods and uid != pods[n])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spawns", type=int, default=1000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=120, help="the spawning window")
+    parser.add_argument("--runs", type=int, default=60, help="runs whose runtimes are killed")
+    parser.add_argument("--runtime-kills", type=int, default=10)
+    parser.add_argument("--pod-deletes", type=int, default=5)
     args = parser.parse_args()
     # Stopped early, it still stops its operator and takes its webhook along (a webhook left
     # behind would refuse every write of agentworkers objects: it fails closed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cluster = local_cluster()
     install_crds(cluster)
-    report = operator_crashes(cluster, args.spawns, args.kills, args.seconds)
-    report.show()
-    print(json.dumps({"clean": report.clean}))
-    return 0 if report.clean else 1
+    reports = [
+        operator_crashes(cluster, args.spawns, args.kills, args.seconds),
+        runtimes_killed(cluster, args.runs, args.runtime_kills, args.pod_deletes),
+    ]
+    for report in reports:
+        report.show()
+    clean = all(r.clean for r in reports)
+    print(json.dumps({"clean": clean}))
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

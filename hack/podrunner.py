@@ -15,10 +15,10 @@ container as a local process, the way a kubelet would run it:
 * its volumes (emptyDir, ConfigMap, Secret) made as local directories, and every
   argument and env value under a mount path pointed at its directory;
 * listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
-  other's ports: kwok's pod IPs (hack/localcluster.py's POD_CIDR) are put on this machine's
-  loopback device while their pod runs, so the API server reaches a pod through its
-  Service's endpoints and nothing leaves the machine (needs CAP_NET_ADMIN; without it a
-  pod's IP stays unreachable and the pod runner says so);
+  other's ports: the IPs kwok gives pods that declare ports (hack/localcluster.py's
+  POD_CIDR) are put on this machine's loopback device while their pod runs, so the API
+  server reaches a pod through its Service's endpoints and nothing leaves the machine
+  (needs CAP_NET_ADMIN; without it a pod's IP stays unreachable and the pod runner says so);
 * with the pod's own service-account credentials: a token requested for the pod's
   ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
   least privilege it has in a real pod;
@@ -123,7 +123,8 @@ class PodRunner:
                 command[:1],
             )
             return
-        owned = own_address(pod.status.pod_ip)
+        # Only a pod that serves (declares ports) needs its address to be reachable.
+        owned = bool(container.ports) and own_address(pod.status.pod_ip)
         sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
         home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
         mounts = self.mount_volumes(pod, container, home / "volumes")
@@ -307,9 +308,9 @@ class PodRunner:
             if not self.stopping.is_set():
                 self.start(run.pod)
             return
-        if code in (-signal.SIGTERM, -signal.SIGKILL):
-            return  # stopped from outside
-        self.report(key, code)
+        # Killed by a signal from outside (not for its pod's deletion): reported as a
+        # kubelet does, 128 plus the signal's number.
+        self.report(key, 128 - code if code < 0 else code)
 
     def report(self, key: tuple[str, str], code: int) -> None:
         """What a kubelet reports when the container exits."""

@@ -368,3 +368,20 @@ def pod_runner(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def process_with(env: dict[str, str], command: str) -> int | None:
+    """The pid of a local process (a pod the pod runner runs) whose environment has every
+    `env` entry and whose command line has `command`."""
+    wanted = {f"{k}={v}".encode() for k, v in env.items()}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = set((proc / "environ").read_bytes().split(b"\0"))
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if wanted <= environ and command.encode() in cmdline:
+            return int(proc.name)
+    return None

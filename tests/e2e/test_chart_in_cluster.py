@@ -29,7 +29,9 @@ import yaml
 
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.client import Client
+from agentworkers.client.errors import WorkerNameConflictError
 from agentworkers.controller.tls import self_signed
+from agentworkers.errors import ApiError
 from tests.e2e.support import (
     CONFIG,
     PROFILES,
@@ -37,6 +39,7 @@ from tests.e2e.support import (
     first_revision,
     install_crds,
     pod_runner,
+    process_with,
     wait_until,
     worker,
 )
@@ -282,19 +285,17 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
         install_crds(cluster)  # the suite's own CRDs back (the field goes again)
 
 
-def _process_of(pod: str) -> int | None:
-    """The pid the pod runner runs `pod`'s operator as (its POD_ID, from the pod's env)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if f"POD_ID={pod}".encode() in environ and b"operator" in cmdline:
-            return int(proc.name)
-    return None
+def _spawned(client: Client, name: str, spec: WorkerSpec) -> bool:
+    """Spawn, as a client does while a webhook replica is down: try again on a 5xx."""
+    try:
+        client.spawn(name, spec)
+    except WorkerNameConflictError:
+        return True  # an earlier try went through
+    except ApiError as e:
+        if e.status is None or e.status < 500:
+            raise
+        return False
+    return True
 
 
 def _active(cluster: Cluster, install: Install) -> str | None:
@@ -315,8 +316,9 @@ def _active(cluster: Cluster, install: Install) -> str | None:
 def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps_answering(
     install: Install, tmp_path: Path, admission_replicas: int
 ) -> None:
-    """Both layouts: each controller replica answering the webhook too, and admission in a
-    Deployment of its own."""
+    """Both layouts: admission in a Deployment of its own (it keeps answering throughout),
+    and each controller replica answering the webhook too (reviews the API server sends
+    to the killed replica fail closed until it is back: a client retries them)."""
     cluster, team, system = install.cluster, install.team, install.system
     # One certificate for every replica that answers the webhook.
     host = f"{install.release}-agentworkers-webhook.{system}.svc"
@@ -344,7 +346,7 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     wait_until("their pods", lambda: all(_pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")))
     pods = {n: _pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")}
     leader = wait_until("one leader", lambda: _active(cluster, install), timeout=60)
-    pid = _process_of(leader)
+    pid = process_with({"POD_ID": leader}, "operator")
     assert pid is not None, f"no process runs {leader}"
 
     # Admission, throughout: a dry-run spawn every 0.3 s must be answered, never fail.
@@ -366,7 +368,8 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     try:
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
-        client.spawn("after", WorkerSpec(agent="planner", initial_message="after the kill"))
+        spawn = WorkerSpec(agent="planner", initial_message="after the kill")
+        wait_until("a spawn after the kill", lambda: _spawned(client, "after", spawn), timeout=30)
         wait_until("a pod for a spawn after the kill", lambda: _pod_uid(cluster, team, "after"),
                    timeout=60)  # fmt: skip
         failover = time.monotonic() - killed
@@ -374,7 +377,43 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     finally:
         probing.set()
         prober.join()
-    print(f"failover: a spawn's pod {failover:.1f} s after the leader's SIGKILL")
+    print(
+        f"failover: a spawn's pod {failover:.1f} s after the leader's SIGKILL; "
+        f"{len(refused)} dry-run spawns refused meanwhile"
+    )
     assert failover < 30
-    assert not refused, refused[:3]
+    if admission_replicas:
+        assert not refused, refused[:3]
     assert {n: _pod_uid(cluster, team, n) for n in pods} == pods  # no second pod
+
+
+def test_with_no_webhook_endpoint_writes_fail_closed_and_nothing_invalid_persists(
+    install: Install,
+) -> None:
+    """Its Service without endpoints (the operator scaled to 0): every agentworkers write is
+    refused, valid or not; back up, the valid one goes through and the invalid one was
+    never stored."""
+    cluster, team = install.cluster, install.team
+    helm_install(install)
+    wait_until("the operator to answer", install.answering, timeout=90)
+    cluster.apply(team, *PROFILES, CONFIG)
+    first_revision(cluster, team)
+    deployment = f"{install.release}-agentworkers"
+    cluster.kubectl("scale", "deployment", deployment, "-n", install.system, "--replicas=0")
+    wait_until("no operator pod", lambda: not install.operator_pods(), timeout=60)
+    invalid = worker("bad", parent="ghost", profile="reviewer")
+    valid = worker("good", initialMessage="hello")
+    for body in (invalid, valid):
+        refused = cluster.apply(team, body, check=False)
+        assert refused.returncode != 0
+        assert "failed calling webhook" in refused.stderr, refused.stderr
+
+    cluster.kubectl("scale", "deployment", deployment, "-n", install.system, "--replicas=1")
+    wait_until("the operator to answer again", install.answering, timeout=90)
+    cluster.apply(team, valid)
+    refused = cluster.apply(team, invalid, check=False)
+    assert "UnknownWorker" in refused.stderr, refused.stderr
+    names = {
+        w["metadata"]["name"] for w in cluster.kubectl_json("get", "workers", "-n", team)["items"]
+    }
+    assert names == {"good"}

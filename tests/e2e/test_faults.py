@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.faults import INVARIANTS, operator_crashes
+from bench.faults import INVARIANTS, RUNTIME_INVARIANTS, operator_crashes, runtimes_killed
 
 from tests.e2e.support import Cluster
 
@@ -12,3 +12,12 @@ def test_operator_crashes_lose_and_double_nothing(cluster: Cluster) -> None:
     report.show()
     assert len(report.faults) == 3
     assert report.violations == {name: [] for name in INVARIANTS}
+
+
+def test_killed_runtimes_and_deleted_pods_fail_loud_and_nothing_else_moves(
+    cluster: Cluster,
+) -> None:
+    report = runtimes_killed(cluster, runs=8, kills=2, deletes=1)
+    report.show()
+    assert len(report.faults) == 3
+    assert report.violations == {name: [] for name in RUNTIME_INVARIANTS}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import http.server
 import json
+import os
+import signal
 import threading
 from typing import Any, ClassVar
 
@@ -12,7 +14,14 @@ import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client, TreeLimitError, WorkerFinishedError
-from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, wait_until
+from tests.e2e.support import (
+    CONFIG,
+    PROFILES,
+    Cluster,
+    first_revision,
+    process_with,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -215,6 +224,32 @@ def test_a_kill_mid_run_stops_the_process_and_collect_returns_the_reason(
     client.kill("longrun", reason="the plan changed", by="planner")
     result = client.collect("longrun", timeout=30)
     assert (result.phase, result.error) == ("Killed", "the plan changed")
+
+
+def test_a_runtime_killed_by_a_signal_fails_its_run_loud_and_collect_says_why(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    """Its process SIGKILLed (an OOM kill, say): the pod fails as a kubelet reports it,
+    the run is Failed with what its container's end says and one Event, never a silent
+    hang, and whoever collects it (its parent) gets that reason."""
+    _agent(cluster, namespace, [{"reply": "waiting for more"}])
+    client.spawn("victim", WorkerSpec(agent="planner", initial_message="start", interactive=True))
+    _settled(client, "victim", "Idle")
+    pid = process_with(
+        {"AGENTWORKERS_WORKER": "victim", "AGENTWORKERS_NAMESPACE": namespace}, "run"
+    )
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    info = _settled(client, "victim", "Failed", timeout=30)
+    said = "container agent exited 137 (SIGKILL): Error"
+    assert info.status.error == said
+    events = cluster.kubectl_json(
+        "get", "events", "-n", namespace,
+        "--field-selector", "involvedObject.name=victim,reason=PodFailed",
+    )["items"]  # fmt: skip
+    assert [(e["type"], e["message"]) for e in events] == [("Warning", said)]
+    result = client.collect("victim", timeout=10)
+    assert (result.phase, result.error) == ("Failed", said)
 
 
 class _ChatCompletions(http.server.BaseHTTPRequestHandler):

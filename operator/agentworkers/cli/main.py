@@ -94,7 +94,7 @@ def _operator(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat[args.log_format.upper()],
         log_refkey="object",
     )
-    kopf_fixes.apply()
+    kopf_fixes.apply(options.namespaces)
     if not args.verbose:
         kopf_settings.quiet()
     if options.metrics_port:

@@ -1,4 +1,4 @@
-"""Three changes to kopf (1.45), applied before `kopf.run`.
+"""Four changes to kopf (1.45), applied before `kopf.run`.
 
 1. Admission refusals say why in machine-readable form. kopf answers a refused review
 with a Status of only a message and a code; a `Refused` error adds `details.causes` with
@@ -24,6 +24,15 @@ kopf holds its handlers back until each watched kind in each served namespace is
 listed and indexed, but says so to nothing else; admission, answered on threads of its
 own from the store those index functions fill, must wait for the same moment. The
 signal is kopf's own toggle set (with no namespace to serve yet, it is on at once).
+
+4. Webhooks limited to the namespaces the operator serves.
+
+kopf registers its webhooks for every namespace, whatever `--namespace` says. Two
+releases in one cluster, each serving its own namespaces, then review each other's
+writes: each refuses the other's revisions as not its own, and either one down fails
+the other's writes closed. A `matchCondition` per webhook (CEL, Kubernetes 1.30+; older
+API servers ignore it and review everything, as before) keeps the API server from
+calling an operator about a namespace it does not serve.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
@@ -110,9 +120,55 @@ async def spawn_missing_watchers(*, ensemble: Any, **kwargs: Any) -> None:
         task.add_done_callback(_waiting.discard)
 
 
-def apply() -> None:
-    """Install all three (idempotent): kopf looks these up when it runs them."""
+_build_webhooks = admission.build_webhooks
+
+
+def served_condition(patterns: Sequence[str]) -> dict[str, str] | None:
+    """A webhook matchCondition: the request's namespace matches one of the operator's
+    namespace globs (`team-*`) and none of its exclusions (`!team-secret`); None when it
+    serves every namespace."""
+    allowed = [p for p in patterns if not p.startswith("!")]
+    excluded = [p[1:] for p in patterns if p.startswith("!")]
+    if not allowed and not excluded:
+        return None
+    parts = [f"request.namespace.matches('{_regex(allowed)}')"] if allowed else []
+    if excluded:
+        parts.append(f"!request.namespace.matches('{_regex(excluded)}')")
+    return {"name": "served-namespaces", "expression": " && ".join(parts)}
+
+
+def _regex(globs: Sequence[str]) -> str:
+    """RE2 for any of `globs` (* and ? as in a shell), anchored. Namespace names hold only
+    [a-z0-9-]; anything else is put in a class of its own, so the CEL string needs no
+    backslash."""
+
+    def one(glob: str) -> str:
+        return "".join(
+            ".*" if c == "*" else "." if c == "?" else c if c.isalnum() or c == "-" else f"[{c}]"
+            for c in glob
+        )
+
+    return "^(" + "|".join(one(g) for g in globs) + ")$"
+
+
+def _served_only(patterns: Sequence[str]) -> Any:
+    condition = served_condition(patterns)
+
+    def build_webhooks(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        webhooks = _build_webhooks(*args, **kwargs)
+        if condition is not None:
+            for webhook in webhooks:
+                webhook["matchConditions"] = [condition]
+        return webhooks
+
+    return build_webhooks
+
+
+def apply(namespaces: Sequence[str] = ()) -> None:
+    """Install all four (idempotent): kopf looks these up when it runs them. `namespaces`:
+    the operator's `--namespace` patterns (none: every namespace)."""
     admission.build_response = build_response
+    admission.build_webhooks = _served_only(namespaces)
     if hasattr(orchestration, "spawn_missing_watchers"):
         orchestration.spawn_missing_watchers = spawn_missing_watchers
     else:

@@ -24,7 +24,7 @@ from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, start
 from agentworkers.core import clocks
 from agentworkers.core.conditions import now
-from agentworkers.core.pods import owned_by, pod_name, running_since
+from agentworkers.core.pods import failure, owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
@@ -182,11 +182,8 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
         changes["started_at"] = pod["metadata"].get("creationTimestamp") or now()
     phase = (pod.get("status") or {}).get("phase")
     if phase == "Failed":
-        status = pod.get("status") or {}
-        raise RunFailedError(
-            status.get("message") or "the pod failed",
-            reason=status.get("reason") or reasons.POD_FAILED,
-        )
+        reason, message = failure(pod)
+        raise RunFailedError(message, reason=reason or reasons.POD_FAILED)
     if phase == "Succeeded" and worker.status.phase != "Done":
         changes.update(phase="Done", last_event="pod succeeded")
     elif phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, pod):

@@ -46,6 +46,27 @@ def running_since(pod: dict[str, Any]) -> dt.datetime | None:
     return None
 
 
+# Exit codes above 128 are a signal's number plus 128, as a shell and a kubelet report them.
+SIGNALS = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT"}
+
+
+def failure(pod: dict[str, Any]) -> tuple[str | None, str]:
+    """Why a Failed pod failed: the kubelet's reason for the pod (Evicted,
+    DeadlineExceeded), if any, and what its container's end says, e.g. `container agent
+    exited 137 (SIGKILL): Error`."""
+    status = pod.get("status") or {}
+    if status.get("message"):
+        return status.get("reason"), str(status["message"])
+    for container in status.get("containerStatuses") or []:
+        ended = (container.get("state") or {}).get("terminated")
+        if ended:
+            code = ended.get("exitCode")
+            signal = f" ({SIGNALS[code]})" if code in SIGNALS else ""
+            why = f": {ended['reason']}" if ended.get("reason") else ""
+            return status.get("reason"), f"container {container['name']} exited {code}{signal}{why}"
+    return status.get("reason"), "the pod failed"
+
+
 def build_pod(
     worker_body: dict[str, Any],
     worker: WorkerSpec,

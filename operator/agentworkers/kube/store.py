@@ -58,14 +58,17 @@ def _worker(body: Mapping[str, Any]) -> Body:
 def _pod(body: Mapping[str, Any]) -> Body:
     status = body.get("status") or {}
     kept = {k: status[k] for k in ("phase", "reason", "message") if k in status}
-    # When the run's container started (`core.pods.running_since`), and nothing else of it.
-    started = [
-        {"state": {"running": {"startedAt": running["startedAt"]}}}
-        for c in status.get("containerStatuses") or []
-        if (running := (c.get("state") or {}).get("running")) and running.get("startedAt")
-    ]
-    if started:
-        kept["containerStatuses"] = started[:1]
+    # Of its container: when it started (`core.pods.running_since`) and how it ended
+    # (`core.pods.failure`), nothing else.
+    for c in (status.get("containerStatuses") or [])[:1]:
+        state = c.get("state") or {}
+        if (running := state.get("running")) and running.get("startedAt"):
+            kept["containerStatuses"] = [
+                {"name": c.get("name"), "state": {"running": {"startedAt": running["startedAt"]}}}
+            ]
+        elif ended := state.get("terminated"):
+            end = {k: ended[k] for k in ("exitCode", "reason") if k in ended}
+            kept["containerStatuses"] = [{"name": c.get("name"), "state": {"terminated": end}}]
     return {**_envelope(body), "status": kept}
 
 

@@ -61,3 +61,39 @@ def test_apply_installs_it_where_kopf_looks_it_up() -> None:
         )
     finally:
         observation.process_discovered_namespace_event = original
+
+
+def _served(patterns: list[str], namespace: str) -> bool:
+    """What the API server's CEL does with the matchCondition, with Python's re (RE2's
+    subset here: anchors, groups, alternation, `.`, `*` and classes)."""
+    import re  # noqa: PLC0415
+
+    condition = kopf_fixes.served_condition(patterns)
+    if condition is None:
+        return True
+    found = re.findall(r"(!?)request\.namespace\.matches\('([^']*)'\)", condition["expression"])
+    return all(bool(re.match(rx, namespace)) != bool(neg) for neg, rx in found)
+
+
+def test_webhooks_are_called_only_for_the_namespaces_the_operator_serves() -> None:
+    """Two releases serving their own namespaces must not review (and refuse) each other's
+    writes: each webhook matches only its operator's --namespace globs."""
+    assert kopf_fixes.served_condition([]) is None  # cluster-wide: every namespace
+    patterns = ["team-*", "ops", "!team-secret"]
+    assert _served(patterns, "team-a") and _served(patterns, "ops")
+    assert not _served(patterns, "team-secret")
+    assert not _served(patterns, "other") and not _served(patterns, "opsx")
+    assert not _served(["a.b"], "axb")  # a literal dot is a dot
+    expression = kopf_fixes.served_condition(["a.b"])["expression"]  # type: ignore[index]
+    assert "\\" not in expression  # nothing a CEL string would read as an escape
+
+
+def test_the_condition_goes_on_every_webhook_kopf_builds() -> None:
+    built = kopf_fixes._served_only(["team-*"])
+    original = kopf_fixes._build_webhooks
+    try:
+        kopf_fixes._build_webhooks = lambda *a, **k: [{"name": "a"}, {"name": "b"}]  # type: ignore[assignment]
+        hooks = built()
+    finally:
+        kopf_fixes._build_webhooks = original
+    assert [h["matchConditions"][0]["name"] for h in hooks] == ["served-namespaces"] * 2

@@ -23,7 +23,7 @@ from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, WorkerPod, WorkerT
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.requeue import Later
-from agentworkers.core.pods import DEFAULT_IMAGE
+from agentworkers.core.pods import DEFAULT_IMAGE, failure
 from agentworkers.errors import ApiError, describe
 from tests.unit.controller.memory import Memory
 
@@ -678,3 +678,31 @@ def test_a_config_names_its_model_source_once(model: dict[str, Any], message: st
         AgentConfigSpec.model_validate({**CONFIG["spec"], "model": model})
     error = describe(refused.value)
     assert error.field == "spec.model" and message in str(error)
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "agent",
+                        "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                    }
+                ]
+            },
+            (None, "container agent exited 137 (SIGKILL): OOMKilled"),
+        ),
+        (
+            {
+                "reason": "DeadlineExceeded",
+                "message": "Pod was active on the node longer than the specified deadline",
+            },
+            ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"),
+        ),
+        ({}, (None, "the pod failed")),
+    ],
+)
+def test_a_failed_pod_says_why(status: dict[str, Any], said: tuple[str | None, str]) -> None:
+    assert failure({"status": {"phase": "Failed", **status}}) == said

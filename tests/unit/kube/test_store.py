@@ -62,12 +62,32 @@ def test_what_is_kept_is_what_a_reconcile_reads() -> None:
         },
     }
     store.wrote("pods", pod)
-    running = {"state": {"running": {"startedAt": "2026-12-01T01:00:00Z"}}}
+    running = {"name": "runtime", "state": {"running": {"startedAt": "2026-12-01T01:00:00Z"}}}
     assert store.get("pods", "ns", "a") == {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "6"},
         "status": {"phase": "Running", "containerStatuses": [running]},
+    }
+    # Ended: how, for the run's error (`core.pods.failure`).
+    pod["metadata"]["resourceVersion"] = "7"
+    pod["status"] = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {
+                "name": "runtime",
+                "image": "agentworkers:0.1.0",
+                "state": {
+                    "terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": "x"}
+                },
+            }
+        ],
+    }
+    store.wrote("pods", pod)
+    ended = {"name": "runtime", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}
+    assert store.get("pods", "ns", "a")["status"] == {  # type: ignore[index]
+        "phase": "Failed",
+        "containerStatuses": [ended],
     }
 
 
