@@ -2,7 +2,7 @@
 """Faults, injected while a workload runs, then invariants checked: nothing lost or doubled.
 
     python bench/faults.py [--spawns 1000] [--kills 20] [--seconds 120]
-                           [--runs 60] [--runtime-kills 10] [--pod-deletes 5]
+                           [--restarts 6] [--runs 60] [--runtime-kills 10] [--pod-deletes 5]
 
 Scenario "operator crashes": spawns Workers at a steady pace (a third of them profiled
 children of running parents) while the operator is SIGKILLed at random moments and
@@ -17,6 +17,10 @@ invariant's violations (all expected 0):
 - a spawn the API server accepted that is gone;
 - a binding annotation rewritten once written;
 - an AgentConfigRevision cut twice for one config.
+
+Scenario "control plane restarts": the same workload (half of it) while the API server
+and etcd are restarted in turn, their data kept: the operator, the workload and the
+watches reconnect and resume; the same invariants.
 
 Scenario "worker runtimes killed": interactive runs whose runtimes run as local
 processes (hack/podrunner.py); some runtimes are SIGKILLed (an OOM kill, say) and some
@@ -34,16 +38,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import itertools
 import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,14 +160,54 @@ class Bindings:
 
 def operator_crashes(cluster: Cluster, spawns: int, kills: int, seconds: float) -> Report:
     """`spawns` Workers over `seconds`, with `kills` SIGKILLs of the operator meanwhile."""
+
+    def crash(operator: Operator) -> str:
+        operator.crash(cluster)
+        return "SIGKILL"
+
+    what = f"{kills} SIGKILLs of the operator"
+    return _under_faults(cluster, "operator crashes", what, (spawns, kills, seconds), crash)
+
+
+def control_plane_restarts(cluster: Cluster, spawns: int, restarts: int, seconds: float) -> Report:
+    """`spawns` Workers over `seconds`, with `restarts` restarts of the API server and of
+    etcd in turn (their data kept): the operator and the workload reconnect and resume
+    their watches from where they were."""
+    components = itertools.cycle(("apiserver", "etcd"))
+
+    def restart(_: Operator) -> str:
+        component = next(components)
+        subprocess.run(
+            [sys.executable, str(REPO / "hack" / "localcluster.py"), "restart", component],
+            check=True,
+            capture_output=True,
+        )
+        return f"{component} restarted"
+
+    what = f"{restarts} restarts of the API server and etcd, in turn"
+    return _under_faults(
+        cluster, "control plane restarts", what, (spawns, restarts, seconds), restart
+    )
+
+
+def _under_faults(
+    cluster: Cluster,
+    scenario: str,
+    what: str,
+    plan: tuple[int, int, float],
+    fault: Callable[[Operator], str],
+) -> Report:
+    """The workload of the operator's scenarios: spawns at a steady pace, a third of them
+    profiled children of running parents, with `fault` injected `plan[1]` times."""
+    spawns, _, seconds = plan
     api = Api(cluster.api)
     prefix = f"faults{uuid.uuid4().hex[:4]}"
-    namespace = f"{prefix}-crashes"
+    namespace = f"{prefix}-faults"
     parents = [f"parent-{i}" for i in range(max(1, spawns // 30))]
     report = Report(
-        "operator crashes",
+        scenario,
         f"{spawns} spawns over {seconds:.0f} s ({spawns // 3} profiled children of "
-        f"{len(parents)} parents), {kills} SIGKILLs of the operator",
+        f"{len(parents)} parents), {what}",
     )
     cluster.kubectl("create", "namespace", namespace)
     with (
@@ -184,8 +231,8 @@ def operator_crashes(cluster: Cluster, spawns: int, kills: int, seconds: float) 
             lambda: all(_status(api, namespace, p).get("frozenRevision") for p in parents),
         )
         bindings = Bindings(api, namespace)
-        accepted = _spawn_while_crashing(
-            cluster, operator, api, namespace, parents, (spawns, kills, seconds), report
+        accepted = _spawn_while_faulting(
+            api, namespace, parents, plan, lambda: fault(operator), report
         )
         last_fault = time.monotonic()
         expected = {*parents, *accepted}
@@ -203,17 +250,16 @@ def operator_crashes(cluster: Cluster, spawns: int, kills: int, seconds: float) 
     return report
 
 
-def _spawn_while_crashing(
-    cluster: Cluster,
-    operator: Operator,
+def _spawn_while_faulting(
     api: Api,
     namespace: str,
     parents: list[str],
     plan: tuple[int, int, float],
+    fault: Callable[[], str],
     report: Report,
 ) -> set[str]:
-    """Spawn at a steady pace, SIGKILLing the operator at random moments; the names the
-    API server accepted."""
+    """Spawn at a steady pace, injecting `fault` (it returns what it did) at random
+    moments; the names the API server accepted."""
     spawns, kills, seconds = plan
     accepted: set[str] = set()
     started = time.monotonic()
@@ -241,8 +287,8 @@ def _spawn_while_crashing(
             return
 
     def crash() -> None:
-        operator.crash(cluster)
-        report.faults.append(f"SIGKILL at {time.monotonic() - started:.1f} s")
+        at = time.monotonic() - started
+        report.faults.append(f"{fault()} at {at:.1f} s")
 
     moments = sorted(random.uniform(0, seconds) for _ in range(kills))
     with ThreadPoolExecutor(16) as pool:
@@ -409,6 +455,9 @@ def main() -> int:
     parser.add_argument("--spawns", type=int, default=1000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=120, help="the spawning window")
+    parser.add_argument(
+        "--restarts", type=int, default=6, help="API server and etcd restarts, in turn"
+    )
     parser.add_argument("--runs", type=int, default=60, help="runs whose runtimes are killed")
     parser.add_argument("--runtime-kills", type=int, default=10)
     parser.add_argument("--pod-deletes", type=int, default=5)
@@ -420,6 +469,7 @@ def main() -> int:
     install_crds(cluster)
     reports = [
         operator_crashes(cluster, args.spawns, args.kills, args.seconds),
+        control_plane_restarts(cluster, args.spawns // 2, args.restarts, args.seconds / 2),
         runtimes_killed(cluster, args.runs, args.runtime_kills, args.pod_deletes),
     ]
     for report in reports:

@@ -417,6 +417,85 @@ def start_controller_manager(state: State, limits: tuple[int, int] | None) -> No
     start(state, "kube-controller-manager", args)
 
 
+def start_etcd(state: State) -> None:
+    """etcd, on its data directory: a restart keeps every object."""
+    p = state.ports
+    start(
+        state,
+        "etcd",
+        [
+            "--name=local",
+            f"--data-dir={STATE_DIR / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{p['etcd']}",
+            f"--advertise-client-urls=http://127.0.0.1:{p['etcd']}",
+            f"--listen-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
+            f"--initial-cluster=local=http://127.0.0.1:{p['etcd-peer']}",
+            "--quota-backend-bytes=4294967296",
+            "--unsafe-no-fsync",  # a throwaway test store
+            "--log-level=warn",
+        ],
+    )
+
+    def etcd_ok() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{p['etcd']}/health", timeout=2) as r:
+                return b'"true"' in r.read()
+        except OSError:
+            return False
+
+    wait_for("etcd", etcd_ok, 60, state)
+
+
+def start_apiserver(state: State) -> None:
+    p, pki = state.ports, STATE_DIR / "pki"
+    start(
+        state,
+        "kube-apiserver",
+        [
+            f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={p['apiserver']}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            # Privileged pods are allowed by the API server so that Pod Security admission,
+            # not this flag, is what refuses them in a "restricted" namespace.
+            "--allow-privileged=true",
+            "--enable-admission-plugins=NodeRestriction",
+            # Webhooks registered by Service reference are dialled at the Service's endpoint
+            # addresses (kwok's pod IPs, on loopback), not its ClusterIP: there is no kube-proxy.
+            "--enable-aggregator-routing=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    wait_for("kube-apiserver", lambda: https_ok(f"{state.server}/readyz", pki), 120, state)
+
+
+def restart(args: argparse.Namespace) -> int:
+    """Stop one component and start it again on the same ports and data (the fault suite
+    restarts the API server and etcd under a workload)."""
+    state = State.load()
+    if not state:
+        raise SystemExit("not running: hack/localcluster.py up")
+    name = {"apiserver": "kube-apiserver", "etcd": "etcd"}[args.component]
+    _stop({name: state.pids[name]})
+    (start_etcd if name == "etcd" else start_apiserver)(state)
+    state.save()
+    log(f"{name} restarted")
+    return 0
+
+
 def controller_manager(args: argparse.Namespace) -> int:
     """Restart the controller manager with other client limits (the benchmarks compare the
     Job controller throttled and not)."""
@@ -476,62 +555,8 @@ def up(args: argparse.Namespace) -> int:
         write_kubeconfig(STATE_DIR / file, state.server, pki, user)
 
     p = state.ports
-    start(
-        state,
-        "etcd",
-        [
-            "--name=local",
-            f"--data-dir={STATE_DIR / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{p['etcd']}",
-            f"--advertise-client-urls=http://127.0.0.1:{p['etcd']}",
-            f"--listen-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{p['etcd-peer']}",
-            f"--initial-cluster=local=http://127.0.0.1:{p['etcd-peer']}",
-            "--quota-backend-bytes=4294967296",
-            "--unsafe-no-fsync",  # a throwaway test store
-            "--log-level=warn",
-        ],
-    )
-
-    def etcd_ok() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{p['etcd']}/health", timeout=2) as r:
-                return b'"true"' in r.read()
-        except OSError:
-            return False
-
-    wait_for("etcd", etcd_ok, 60, state)
-    start(
-        state,
-        "kube-apiserver",
-        [
-            f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={p['apiserver']}",
-            f"--tls-cert-file={pki / 'apiserver.crt'}",
-            f"--tls-private-key-file={pki / 'apiserver.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
-            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
-            "--kubelet-preferred-address-types=InternalIP",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=Node,RBAC",
-            # Privileged pods are allowed by the API server so that Pod Security admission,
-            # not this flag, is what refuses them in a "restricted" namespace.
-            "--allow-privileged=true",
-            "--enable-admission-plugins=NodeRestriction",
-            # Webhooks registered by Service reference are dialled at the Service's endpoint
-            # addresses (kwok's pod IPs, on loopback), not its ClusterIP: there is no kube-proxy.
-            "--enable-aggregator-routing=true",
-            "--profiling=false",
-            "--v=1",
-        ],
-    )
-    wait_for("kube-apiserver", lambda: https_ok(f"{state.server}/readyz", pki), 120, state)
+    start_etcd(state)
+    start_apiserver(state)
     kubectl(state, "apply", "-f", "-", stdin=KWOK_RBAC)
     kubectl(state, "apply", "-f", str(Path(bin_dir) / "kwok-logs-crd.yaml"))
 
@@ -705,6 +730,11 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--qps", type=int, default=0, help="client QPS; 0 for the default (20)")
     k.add_argument("--burst", type=int, default=0, help="client burst; default twice the QPS")
     k.set_defaults(func=controller_manager)
+    r = sub.add_parser(
+        "restart", help="restart the API server or etcd, keeping their data (fault tests)"
+    )
+    r.add_argument("component", choices=("apiserver", "etcd"))
+    r.set_defaults(func=restart)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from bench.faults import INVARIANTS, RUNTIME_INVARIANTS, operator_crashes, runtimes_killed
+from bench.faults import (
+    INVARIANTS,
+    RUNTIME_INVARIANTS,
+    control_plane_restarts,
+    operator_crashes,
+    runtimes_killed,
+)
 
 from tests.e2e.support import Cluster
 
@@ -21,3 +27,10 @@ def test_killed_runtimes_and_deleted_pods_fail_loud_and_nothing_else_moves(
     report.show()
     assert len(report.faults) == 3
     assert report.violations == {name: [] for name in RUNTIME_INVARIANTS}
+
+
+def test_control_plane_restarts_lose_and_double_nothing(cluster: Cluster) -> None:
+    report = control_plane_restarts(cluster, spawns=30, restarts=2, seconds=20)
+    report.show()
+    assert len(report.faults) == 2
+    assert report.violations == {name: [] for name in INVARIANTS}
