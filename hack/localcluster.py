@@ -50,11 +50,33 @@ OPERATOR_KUBECONFIG = "operator.kubeconfig"
 NODE_COUNT = int(os.environ.get("AGENTWORKERS_NODES", "2"))
 SERVICE_CIDR = "10.96.0.0/16"
 # kwok hands pods addresses from this range: loopback, so nothing ever leaves the host.
-# Pod IPs: the benchmarking range (RFC 2544), which nothing routes. The API server refuses
-# loopback addresses in a Service's endpoints, so pod IPs cannot be 127.x; the pod runner
-# puts the address of each pod it runs on this machine's loopback device (hack/podrunner.py),
-# so a Service's traffic to a pod never leaves the machine.
+# Pod IPs: the benchmarking range (RFC 2544), put whole on the loopback device, where
+# (as for 127.0.0.0/8) every address in it is this machine's: a Service reaches a pod at
+# its endpoint (the API server refuses loopback addresses there), and nothing sent to a
+# pod IP leaves the machine. It needs CAP_NET_ADMIN; without it pods get 127.1.x.y and
+# no Service reaches them. The range stays on lo after `down` (it only makes it local).
 POD_CIDR = "198.18.0.0/16"
+POD_CIDR_ON_LO = "198.18.0.1/16"
+LOOPBACK_POD_CIDR = "127.1.0.0/16"
+
+
+def local_pod_cidr() -> bool:
+    """Put POD_CIDR on the loopback device, unless it is there; whether it is."""
+    if _is_local("198.18.0.2"):
+        return True
+    subprocess.run(
+        ["ip", "addr", "add", POD_CIDR_ON_LO, "dev", "lo"], check=False, capture_output=True
+    )
+    return _is_local("198.18.0.2")
+
+
+def _is_local(ip: str) -> bool:
+    route = subprocess.run(
+        ["ip", "-o", "route", "get", ip], check=False, capture_output=True, text=True
+    )
+    return route.stdout.startswith("local ")
+
+
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -584,7 +606,7 @@ def up(args: argparse.Namespace) -> int:
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
             "--node-ip=127.0.0.1",
-            f"--cidr={POD_CIDR}",
+            f"--cidr={POD_CIDR if local_pod_cidr() else LOOPBACK_POD_CIDR}",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{p['kwok']}",
             f"--node-port={p['kwok']}",

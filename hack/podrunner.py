@@ -15,10 +15,8 @@ container as a local process, the way a kubelet would run it:
 * its volumes (emptyDir, ConfigMap, Secret) made as local directories, and every
   argument and env value under a mount path pointed at its directory;
 * listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
-  other's ports: the IPs kwok gives pods that declare ports (hack/localcluster.py's
-  POD_CIDR) are put on this machine's loopback device while their pod runs, so the API
-  server reaches a pod through its Service's endpoints and nothing leaves the machine
-  (needs CAP_NET_ADMIN; without it a pod's IP stays unreachable and the pod runner says so);
+  other's ports (kwok's pod IPs are this machine's: hack/localcluster.py puts their range
+  on the loopback device);
 * with the pod's own service-account credentials: a token requested for the pod's
   ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
   least privilege it has in a real pod;
@@ -40,7 +38,6 @@ import argparse
 import base64
 import contextlib
 import datetime as dt
-import ipaddress
 import logging
 import os
 import re
@@ -58,6 +55,8 @@ from typing import Any
 import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
+
+from localcluster import local_pod_cidr
 
 # The image's ENTRYPOINT (Dockerfile): what a container without a command runs.
 ENTRYPOINT = ["agentworkers"]
@@ -82,7 +81,6 @@ class PodRunner:
         self.logs = logs
         self.runs: dict[tuple[str, str], Run] = {}
         self.stopped: set[tuple[str, str]] = set()  # pods gone: their processes stay stopped
-        self.addresses: dict[tuple[str, str], str] = {}  # pod IPs put on lo, by pod
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -123,8 +121,8 @@ class PodRunner:
                 command[:1],
             )
             return
-        # Only a pod that serves (declares ports) needs its address to be reachable.
-        owned = bool(container.ports) and own_address(pod.status.pod_ip)
+        if container.ports and not local_pod_cidr():
+            log.warning("%s/%s: its pod IP is not this machine's: unreachable", namespace, name)
         sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
         home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
         mounts = self.mount_volumes(pod, container, home / "volumes")
@@ -153,8 +151,6 @@ class PodRunner:
             threading.Thread(target=cri_copy, args=(pipe, logfile, stream), daemon=True).start()
         with self.lock:
             self.runs[(namespace, name)] = Run(process, sandbox, home, pod)
-            if owned:
-                self.addresses[(namespace, name)] = pod.status.pod_ip
         log.info("%s/%s: started %s (pid %d)", namespace, name, " ".join(command), process.pid)
         threading.Thread(target=self.reap, args=((namespace, name),), daemon=True).start()
 
@@ -294,15 +290,9 @@ class PodRunner:
             self.stopped.discard(key)
         shutil.rmtree(run.sandbox, ignore_errors=True)
         shutil.rmtree(run.home, ignore_errors=True)
-        restart = run.pod.spec.restart_policy == "Always"
-        if stopped or self.stopping.is_set() or not restart:
-            with self.lock:
-                address = self.addresses.pop(key, None)
-            if address:
-                drop_address(address)
         if stopped or self.stopping.is_set():
             return  # stopped because the pod went away
-        if restart:
+        if run.pod.spec.restart_policy == "Always":
             log.info("%s/%s: exited %d; starting it again", *key, code)
             time.sleep(RESTART_DELAY)
             if not self.stopping.is_set():
@@ -368,33 +358,9 @@ class PodRunner:
         self.stopping.set()
         for key in list(self.runs):
             self.stop(key)
-        for address in self.addresses.values():
-            drop_address(address)
 
 
 _write_lock = threading.Lock()
-
-
-def own_address(ip: str | None) -> bool:
-    """Put a pod's IP on the loopback device, unless this machine has it already; True
-    when it was put there (and is to be taken off with the pod)."""
-    if not ip or ipaddress.ip_address(ip).is_loopback:
-        return False
-    shown = subprocess.run(
-        ["ip", "-o", "addr", "show", "dev", "lo"], check=False, capture_output=True, text=True
-    )
-    if f" {ip}/" in shown.stdout:
-        return False
-    added = subprocess.run(
-        ["ip", "addr", "add", f"{ip}/32", "dev", "lo"], check=False, capture_output=True, text=True
-    )
-    if added.returncode != 0:
-        log.warning("cannot put pod IP %s on lo (%s): its pod is unreachable", ip, added.stderr)
-    return added.returncode == 0
-
-
-def drop_address(ip: str) -> None:
-    subprocess.run(["ip", "addr", "del", f"{ip}/32", "dev", "lo"], check=False, capture_output=True)
 
 
 def key_of(pod: kubernetes.client.V1Pod) -> tuple[str, str]:

@@ -366,8 +366,14 @@ def pod_runner(
     try:
         yield process
     finally:
+        # It stops each pod's process as a kubelet would (SIGTERM, then SIGKILL): an
+        # operator's graceful stop may take a while.
         process.terminate()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def process_with(env: dict[str, str], command: str) -> int | None:

@@ -36,6 +36,7 @@ from tests.e2e.support import (
     CONFIG,
     PROFILES,
     Cluster,
+    Operator,
     first_revision,
     install_crds,
     pod_runner,
@@ -89,16 +90,19 @@ class Install:
             "create", "--dry-run=server", "-n", self.team, "-f", "-",
             stdin=json.dumps(probe), check=False,
         )  # fmt: skip
-        # Refused for a reason of ours (no AgentConfig yet, say) is answered all the same.
-        return registered and (dry.returncode == 0 or "admission webhook" in dry.stderr)
+        # Refused for a reason of ours (no AgentConfig yet, say) is answered all the same;
+        # "starting" (503: its store is still filling) is not.
+        answered = "admission webhook" in dry.stderr and "is starting" not in dry.stderr
+        return registered and (dry.returncode == 0 or answered)
 
 
 def _pod_ips_reachable() -> bool:
-    """Can the pod runner put pod IPs on the loopback device (CAP_NET_ADMIN)?"""
-    probe = ["ip", "addr", "{}", "198.18.255.254/32", "dev", "lo"]
-    added = subprocess.run([a.format("add") for a in probe], capture_output=True, check=False)
-    subprocess.run([a.format("del") for a in probe], capture_output=True, check=False)
-    return added.returncode == 0
+    """Are kwok's pod IPs this machine's (hack/localcluster.py puts their range on lo, with
+    CAP_NET_ADMIN), so that a Service's endpoint can be one?"""
+    route = subprocess.run(
+        ["ip", "-o", "route", "get", "198.18.0.2"], check=False, capture_output=True, text=True
+    )
+    return route.stdout.startswith("local ")
 
 
 @pytest.fixture
@@ -108,7 +112,7 @@ def install(cluster: Cluster, tmp_path: Path) -> Iterator[Install]:
     except HelmUnavailable as e:
         pytest.skip(str(e))
     if not _pod_ips_reachable():
-        pytest.skip("the API server cannot reach a pod here: pod IPs cannot be put on lo")
+        pytest.skip("no Service reaches a pod here: pod IPs are on loopback (no CAP_NET_ADMIN)")
     prefix = f"ic{uuid.uuid4().hex[:4]}"
     made = Install(cluster, prefix, f"{prefix}-system", f"{prefix}-team")
     core = kubernetes.client.CoreV1Api(cluster.api)
@@ -175,7 +179,8 @@ def test_the_chart_runs_in_cluster_and_serves_a_user_s_first_steps(install: Inst
 
     # A spawn with a profile: the parent's run, then its profiled child, each in its pod.
     client = Client(cluster.api, team)
-    client.spawn("parent", WorkerSpec(agent="planner", initial_message="plan"))
+    # Interactive: it waits, Idle, for the kill (the pod runner runs its runtime).
+    client.spawn("parent", WorkerSpec(agent="planner", initial_message="plan", interactive=True))
     wait_until("the parent's pod", lambda: client.get("parent").status.pod, timeout=60)
     cluster.apply(team, worker("child", parent="parent", profile="reviewer"))
     wait_until("the child's pod", lambda: client.get("child").status.pod, timeout=60)
@@ -219,7 +224,7 @@ def _newer_chart(tmp: Path) -> Path:
 
 
 def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
-    install: Install, tmp_path: Path
+    install: Install, tmp_path: Path, operator: Operator
 ) -> None:
     cluster, team = install.cluster, install.team
     helm_install(install)
@@ -256,7 +261,10 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
             timeout=90,
         )
         wait_until("the new operator to answer", install.answering, timeout=90)
-        client.spawn("after-upgrade", WorkerSpec(agent="planner", initial_message="new"))
+        # The rollout's new pod registers its own certificate a moment after it starts:
+        # meanwhile writes fail closed, and a client tries again.
+        spec = WorkerSpec(agent="planner", initial_message="new")
+        wait_until("a spawn after the upgrade", lambda: _spawned(client, "after-upgrade", spec))
         wait_until("the new worker's pod", lambda: _pod_uid(cluster, team, "after-upgrade"))
         spawned = cluster.kubectl_json("get", "pod", "after-upgrade", "-n", team)
         assert spawned["spec"]["nodeSelector"] == {"kubernetes.io/os": "linux"}
@@ -283,6 +291,10 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
         assert _revisions(cluster, team) == revisions
     finally:
         install_crds(cluster)  # the suite's own CRDs back (the field goes again)
+        # The suite's own operator watched through both CRD changes; seen in CI: after
+        # them it handled nothing more (docs/faults.md, "not yet"). A restart for the
+        # tests after this one, until that is fixed.
+        operator.restart(cluster)
 
 
 def _spawned(client: Client, name: str, spec: WorkerSpec) -> bool:
@@ -314,7 +326,7 @@ def _active(cluster: Cluster, install: Install) -> str | None:
 
 @pytest.mark.parametrize("admission_replicas", [0, 2], ids=["admission-in-each", "admission-apart"])
 def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps_answering(
-    install: Install, tmp_path: Path, admission_replicas: int
+    install: Install, tmp_path: Path, admission_replicas: int, request: pytest.FixtureRequest
 ) -> None:
     """Both layouts: admission in a Deployment of its own (it keeps answering throughout),
     and each controller replica answering the webhook too (reviews the API server sends
@@ -336,6 +348,12 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
         "--set", "webhook.tls.secretName=webhook-tls",
         "--set", f"peering.installCRDs={str(kopf_crds.returncode != 0).lower()}",
     )  # fmt: skip
+    if kopf_crds.returncode != 0:
+        # Helm keeps them on uninstall, by design: this test takes away what it brought.
+        kopf = ("kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev")
+        request.addfinalizer(
+            lambda: cluster.kubectl("delete", "crd", *kopf, "--ignore-not-found", "--wait=false")
+        )
     wait_until("two controller pods", lambda: len(install.operator_pods()) == 2, timeout=60)
     wait_until("admission to answer", install.answering, timeout=90)
     cluster.apply(team, *PROFILES, CONFIG)
@@ -403,6 +421,16 @@ def test_with_no_webhook_endpoint_writes_fail_closed_and_nothing_invalid_persist
     wait_until("no operator pod", lambda: not install.operator_pods(), timeout=60)
     invalid = worker("bad", parent="ghost", profile="reviewer")
     valid = worker("good", initialMessage="hello")
+
+    def closed() -> bool:
+        # Once its endpoint is gone (the API server's view of it lags the pod's deletion).
+        dry = cluster.kubectl(
+            "create", "--dry-run=server", "-n", team, "-f", "-",
+            stdin=json.dumps(valid), check=False,
+        )  # fmt: skip
+        return "failed calling webhook" in dry.stderr
+
+    wait_until("writes to fail closed", closed, timeout=30)
     for body in (invalid, valid):
         refused = cluster.apply(team, body, check=False)
         assert refused.returncode != 0
