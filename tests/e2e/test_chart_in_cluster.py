@@ -355,7 +355,13 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
             lambda: cluster.kubectl("delete", "crd", *kopf, "--ignore-not-found", "--wait=false")
         )
     wait_until("two controller pods", lambda: len(install.operator_pods()) == 2, timeout=60)
-    wait_until("admission to answer", install.answering, timeout=90)
+    # Every replica that answers: kwok marks a pod ready at once (no readiness probe runs
+    # here), and the Service picks one per review.
+    wait_until(
+        "admission to answer from every replica",
+        lambda: all(install.answering() for _ in range(6)),
+        timeout=90,
+    )
     cluster.apply(team, *PROFILES, CONFIG)
     first_revision(cluster, team)
     client = Client(cluster.api, team)
