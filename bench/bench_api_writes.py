@@ -184,12 +184,7 @@ def main() -> int:
     examples = REPO / "examples"
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Operator.start(
-            cluster,
-            Path(tmp),
-            f"--namespace={prefix}-*",
-            f"--webhook-name=agentworkers-{prefix}.io",
-        ) as operator,
+        Operator.of_own(cluster, Path(tmp), prefix) as operator,
         contextlib.ExitStack() as cleanup,
     ):
         cleanup.callback(cluster.kubectl, "delete", "namespace", namespace, "--wait=false")

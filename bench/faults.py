@@ -212,12 +212,7 @@ def _under_faults(
     cluster.kubectl("create", "namespace", namespace)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Operator.start(
-            cluster,
-            Path(tmp),
-            f"--namespace={prefix}-*",
-            f"--webhook-name=agentworkers-{prefix}.io",
-        ) as operator,
+        Operator.of_own(cluster, Path(tmp), prefix) as operator,
     ):
         config = copy.deepcopy(CONFIG)
         # The workload stays within the agent's tree limits: a refusal is a violation.
@@ -366,12 +361,7 @@ def runtimes_killed(cluster: Cluster, runs: int, kills: int, deletes: int) -> Re
     cluster.kubectl("create", "namespace", namespace)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        Operator.start(
-            cluster,
-            Path(tmp),
-            f"--namespace={prefix}-*",
-            f"--webhook-name=agentworkers-{prefix}.io",
-        ),
+        Operator.of_own(cluster, Path(tmp), prefix),
         pod_runner(cluster, namespace, Path(tmp) / "pods"),
     ):
         config = copy.deepcopy(CONFIG)

@@ -148,6 +148,20 @@ class Operator:
     env: dict[str, str]
 
     @classmethod
+    def of_own(
+        cls, cluster: Cluster, workdir: Path, prefix: str, *extra: str
+    ) -> contextlib.AbstractContextManager[Operator]:
+        """An operator of its own for the namespaces `<prefix>-*`, with a webhook of its own
+        (the benches and the fault suite: no other operator reviews their namespaces)."""
+        return cls.start(
+            cluster,
+            workdir,
+            f"--namespace={prefix}-*",
+            f"--webhook-name=agentworkers-{prefix}.io",
+            *extra,
+        )
+
+    @classmethod
     @contextlib.contextmanager
     def start(cls, cluster: Cluster, workdir: Path, *extra: str) -> Iterator[Operator]:
         log = workdir / "operator.log"
