@@ -202,10 +202,19 @@ def _check_tree(
         chain = lineage.ancestry(storage, namespace, parent_body)
         root = chain[-1]["metadata"]["name"]
         with lineage.tree_lock(namespace, root):
+            # Settled before the walk, read after it: a spawn the store gets meanwhile is
+            # in the walk or among the admitted, never in neither (counted once by name).
+            admitted.settle(storage, namespace, root)
+            in_store: set[str] = set()
             seen = lineage.tree_shape(
-                storage, namespace, chain, lambda b: not lineage.refused_by_tree(b), name
+                storage,
+                namespace,
+                chain,
+                lambda b: not lineage.refused_by_tree(b),
+                name,
+                in_store,
             )
-            pending = admitted.pending(storage, namespace, root)
+            pending = [p for c, p in admitted.pending(namespace, root).items() if c not in in_store]
             shape = Shape(
                 root=root,
                 parent=seen.parent,

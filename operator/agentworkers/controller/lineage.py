@@ -127,10 +127,12 @@ def tree_shape(
     chain: list[dict[str, Any]],
     counts: Callable[[dict[str, Any]], bool],
     skip: str,
+    seen: set[str] | None = None,
 ) -> Shape:
     """Where a new child of `chain[0]` (its parent; `chain` from `ancestry`) would go: the
     parent's children and the root's live descendants for which `counts` holds, the new
-    run `skip` (already in the store, when the operator checks) left out."""
+    run `skip` (already in the store, when the operator checks) left out. `seen` gets the
+    name of every descendant the store has."""
     parent, root = chain[0]["metadata"]["name"], chain[-1]["metadata"]["name"]
     children = live = 0
     tokens = tokens_used(chain[-1])
@@ -138,6 +140,8 @@ def tree_shape(
     while below:
         name = below.pop()
         for child in storage.children(namespace, name):
+            if seen is not None:
+                seen.add(child)
             body = storage.get("workers", namespace, child) if child != skip else None
             if body is None or not counts(body):
                 continue
@@ -192,8 +196,8 @@ class Admitted:
         # (namespace, root) -> {child: (expiry, parent)}
         self._trees: dict[tuple[str, str], dict[str, tuple[float, str]]] = {}
 
-    def pending(self, storage: Repository, namespace: str, root: str) -> list[str]:
-        """The parents of the tree's admitted spawns not yet in the store, one per spawn."""
+    def settle(self, storage: Repository, namespace: str, root: str) -> None:
+        """Forget the tree's spawns the store has by now, and the expired ones."""
         now = time.monotonic()
         with self._lock:
             spawns = self._trees.get((namespace, root), {})
@@ -202,7 +206,16 @@ class Admitted:
                     del spawns[child]
             if not spawns:
                 self._trees.pop((namespace, root), None)
-            return [parent for _, parent in spawns.values()]
+
+    def pending(self, namespace: str, root: str) -> dict[str, str]:
+        """The tree's admitted spawns, child -> parent, as they are: a caller counts those
+        its walk of the store did not see. Not pruned by the store here: a spawn whose
+        watch event lands between the walk and this call would be in neither count."""
+        with self._lock:
+            return {
+                child: parent
+                for child, (_, parent) in self._trees.get((namespace, root), {}).items()
+            }
 
     def add(self, namespace: str, root: str, child: str, parent: str) -> None:
         now = time.monotonic()

@@ -83,6 +83,38 @@ def test_a_burst_of_reviews_never_admits_past_max_children() -> None:
     assert "'root' has 3 children, maxChildren 3" in refusals[0]
 
 
+class ArrivesMidReview(Memory):
+    """The store gets an admitted spawn's watch event right after the review has read its
+    parent's children for the `reads`-th time: once, right after the walk of the tree,
+    it was in neither count (seen in CI: one spawn past maxLiveDescendants)."""
+
+    arriving: dict[str, Any] | None = None
+    reads = 1
+
+    def children(self, namespace: str, parent: str) -> list[str]:
+        found = super().children(namespace, parent)
+        if self.arriving is not None and self.arriving["spec"]["parent"] == parent:
+            self.reads -= 1
+            if self.reads == 0:
+                self.put("workers", self.arriving)
+                self.arriving = None
+        return found
+
+
+@pytest.mark.parametrize("reads", [1, 2, 3])
+def test_a_spawn_the_store_gets_while_a_review_counts_is_counted_once(reads: int) -> None:
+    memory = ArrivesMidReview()
+    memory.reads = reads
+    planner(memory, tree={"maxLiveDescendants": 2})
+    started(memory, "root")
+    admitted = lineage.Admitted()
+    assert review(memory, "a", "root", admitted) is None
+    assert review(memory, "b", "root", admitted) is None
+    memory.arriving = worker("a", parent="root")  # a's event lands mid-walk
+    refusal = review(memory, "c", "root", admitted)
+    assert refusal and refusal.startswith("TreeFull") and "2 live runs" in refusal
+
+
 def test_live_descendants_count_the_whole_tree_and_ended_runs_free_their_place() -> None:
     memory = tree(maxLiveDescendants=2)
     admitted = lineage.Admitted()
