@@ -109,7 +109,8 @@ class PodRunner:
         if pod.status.phase == "Running" and key not in self.runs:
             self.start(pod)
 
-    def start(self, pod: kubernetes.client.V1Pod) -> None:
+    def start(self, pod: kubernetes.client.V1Pod, before: Run | None = None) -> None:
+        """Run `pod`'s container; `before`: its run that exited (a restart keeps its volumes)."""
         namespace, name = pod.metadata.namespace, pod.metadata.name
         container = pod.spec.containers[0]
         command = [*(container.command or ENTRYPOINT), *(container.args or [])]
@@ -123,8 +124,11 @@ class PodRunner:
             return
         if container.ports and not local_pod_cidr():
             log.warning("%s/%s: its pod IP is not this machine's: unreachable", namespace, name)
-        sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
-        home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
+        if before is not None:
+            sandbox, home = before.sandbox, before.home
+        else:
+            sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
+            home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
         mounts = self.mount_volumes(pod, container, home / "volumes")
         env = {e.name: self.env_value(pod, e) for e in container.env or []}
         env = {k: local(v, mounts, pod) for k, v in env.items() if v is not None}
@@ -288,16 +292,18 @@ class PodRunner:
             self.runs.pop(key, None)
             stopped = key in self.stopped
             self.stopped.discard(key)
+        if not (stopped or self.stopping.is_set()) and run.pod.spec.restart_policy == "Always":
+            # Its volumes stay, as a kubelet keeps a pod's emptyDirs across container
+            # restarts (an operator's self-made certificate with them).
+            log.info("%s/%s: exited %d; starting it again", *key, code)
+            time.sleep(RESTART_DELAY)
+            if not self.stopping.is_set():
+                self.start(run.pod, run)
+                return
         shutil.rmtree(run.sandbox, ignore_errors=True)
         shutil.rmtree(run.home, ignore_errors=True)
         if stopped or self.stopping.is_set():
             return  # stopped because the pod went away
-        if run.pod.spec.restart_policy == "Always":
-            log.info("%s/%s: exited %d; starting it again", *key, code)
-            time.sleep(RESTART_DELAY)
-            if not self.stopping.is_set():
-                self.start(run.pod)
-            return
         # Killed by a signal from outside (not for its pod's deletion): reported as a
         # kubelet does, 128 plus the signal's number.
         self.report(key, 128 - code if code < 0 else code)
