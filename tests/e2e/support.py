@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -405,3 +406,12 @@ def process_with(env: dict[str, str], command: str) -> int | None:
         if wanted <= environ and command.encode() in cmdline:
             return int(proc.name)
     return None
+
+
+def is_local(ip: str) -> bool:
+    """An address of this machine: 127.0.0.0/8, or kwok's pod range, which
+    hack/localcluster.py puts on the loopback device. Nothing sent there leaves it."""
+    route = subprocess.run(
+        ["ip", "-o", "route", "get", ip], check=False, capture_output=True, text=True
+    )
+    return ipaddress.ip_address(ip).is_loopback or route.stdout.startswith("local ")

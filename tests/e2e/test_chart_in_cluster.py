@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 import pytest
@@ -39,6 +40,7 @@ from tests.e2e.support import (
     Operator,
     first_revision,
     install_crds,
+    is_local,
     pod_runner,
     process_with,
     wait_until,
@@ -70,6 +72,14 @@ class Install:
         )
         return list(found["items"])
 
+    def dry_run(self, body: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        """A server-side dry run of creating `body` in the team namespace: through admission,
+        nothing stored."""
+        return self.cluster.kubectl(
+            "create", "--dry-run=server", "-n", self.team, "-f", "-",
+            stdin=json.dumps(body), check=False,
+        )  # fmt: skip
+
     def answering(self) -> bool:
         """The operator registered its webhook (by Service, with its CA) and answers it: a
         server-side dry run of a Worker goes through it (a rollout's new pod registers its
@@ -85,24 +95,11 @@ class Install:
             and h["clientConfig"].get("caBundle")
             for h in hooks
         )
-        probe = worker("probe", initialMessage="dry run")
-        dry = self.cluster.kubectl(
-            "create", "--dry-run=server", "-n", self.team, "-f", "-",
-            stdin=json.dumps(probe), check=False,
-        )  # fmt: skip
+        dry = self.dry_run(worker("probe", initialMessage="dry run"))
         # Refused for a reason of ours (no AgentConfig yet, say) is answered all the same;
         # "starting" (503: its store is still filling) is not.
         answered = "admission webhook" in dry.stderr and "is starting" not in dry.stderr
         return registered and (dry.returncode == 0 or answered)
-
-
-def _pod_ips_reachable() -> bool:
-    """Are kwok's pod IPs this machine's (hack/localcluster.py puts their range on lo, with
-    CAP_NET_ADMIN), so that a Service's endpoint can be one?"""
-    route = subprocess.run(
-        ["ip", "-o", "route", "get", "198.18.0.2"], check=False, capture_output=True, text=True
-    )
-    return route.stdout.startswith("local ")
 
 
 @pytest.fixture
@@ -111,7 +108,8 @@ def install(cluster: Cluster, tmp_path: Path) -> Iterator[Install]:
         helm_binary()
     except HelmUnavailable as e:
         pytest.skip(str(e))
-    if not _pod_ips_reachable():
+    # kwok's pod IPs must be this machine's (on lo, with CAP_NET_ADMIN) to be endpoints.
+    if not is_local("198.18.0.2"):
         pytest.skip("no Service reaches a pod here: pod IPs are on loopback (no CAP_NET_ADMIN)")
     prefix = f"ic{uuid.uuid4().hex[:4]}"
     made = Install(cluster, prefix, f"{prefix}-system", f"{prefix}-team")
@@ -378,11 +376,9 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     probing = threading.Event()
 
     def probe() -> None:
-        body = json.dumps(worker("probe", initialMessage="dry run"))
+        body = worker("probe", initialMessage="dry run")
         while not probing.is_set():
-            dry = cluster.kubectl(
-                "create", "--dry-run=server", "-n", team, "-f", "-", stdin=body, check=False
-            )
+            dry = install.dry_run(body)
             if dry.returncode != 0:
                 refused.append(dry.stderr)
             time.sleep(0.3)
@@ -430,11 +426,7 @@ def test_with_no_webhook_endpoint_writes_fail_closed_and_nothing_invalid_persist
 
     def closed() -> bool:
         # Once its endpoint is gone (the API server's view of it lags the pod's deletion).
-        dry = cluster.kubectl(
-            "create", "--dry-run=server", "-n", team, "-f", "-",
-            stdin=json.dumps(valid), check=False,
-        )  # fmt: skip
-        return "failed calling webhook" in dry.stderr
+        return "failed calling webhook" in install.dry_run(valid).stderr
 
     wait_until("writes to fail closed", closed, timeout=30)
     for body in (invalid, valid):

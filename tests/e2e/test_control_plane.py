@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
 import uuid
 
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.support import Cluster, wait_until
+from tests.e2e.support import Cluster, is_local, wait_until
 
 PAUSE = "registry.k8s.io/pause:3.10"
 
@@ -102,15 +101,6 @@ def test_cel_rule_refuses_a_violating_object(cluster: Cluster) -> None:
         cluster.kubectl("delete", "crd", f"widgets.{group}", "--wait=false")
 
 
-def _local(ip: str) -> bool:
-    """An address of this machine (127.0.0.0/8, or kwok's pod range, which
-    hack/localcluster.py puts on the loopback device): nothing sent there leaves it."""
-    route = subprocess.run(
-        ["ip", "-o", "route", "get", ip], check=False, capture_output=True, text=True
-    )
-    return ipaddress.ip_address(ip).is_loopback or route.stdout.startswith("local ")
-
-
 def test_pod_is_scheduled_to_a_kwok_node_and_runs_on_loopback(
     cluster: Cluster, namespace: str
 ) -> None:
@@ -127,7 +117,7 @@ def test_pod_is_scheduled_to_a_kwok_node_and_runs_on_loopback(
     # Network safety: every address the API server could dial is on loopback.
     addresses = [a.address for a in node.status.addresses if a.type == "InternalIP"]
     assert addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses)
-    assert _local(ran.status.pod_ip), ran.status.pod_ip
+    assert is_local(ran.status.pod_ip), ran.status.pod_ip
 
 
 def test_garbage_collector_removes_a_pod_whose_owner_is_deleted(
