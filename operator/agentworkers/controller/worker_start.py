@@ -2,7 +2,8 @@
 
 Every write here is safe to repeat: the binding carries a resourceVersion precondition
 (it is written once), the pod has a deterministic name and is adopted when a crashed pass
-made it already, the runtime's RBAC objects are created or kept.
+made it already, the runtime's RBAC objects are created or kept (its ServiceAccount before
+the pod, its Role and RoleBinding after: two writes on the way to the pod, not four).
 """
 
 from __future__ import annotations
@@ -113,6 +114,22 @@ def grant(storage: Repository, body: dict[str, Any]) -> None:
     storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
 
 
+def _access(storage: Repository, worker: Worker, config: AgentConfigSpec) -> list[dict[str, Any]]:
+    children = storage.children(worker.namespace, worker.name)
+    return access_objects(
+        worker.body, worker.spec.agent, children, config.worker.service_account_annotations
+    )
+
+
+def grant_access(storage: Repository, worker: Worker, config: AgentConfigSpec) -> None:
+    """The runtime's Role and RoleBinding, made after its pod: off the path to the pod (the
+    runtime retries a refused first call), and done by the pass that records the pod (a
+    pass that finds a pod its Worker does not record yet makes them again)."""
+    _, role, binding = _access(storage, worker, config)
+    if not storage.ensure_access([role, binding]):
+        grant(storage, worker.body)  # made by an earlier pass: its children may have changed
+
+
 def start(
     storage: Repository,
     worker: Worker,
@@ -141,12 +158,8 @@ def start(
     effective = resolve(config, worker.spec, profile)
     if ancestor is not None and not worker.spec.profile:
         effective = _bounded(worker, config, ancestor, effective)
-    children = storage.children(worker.namespace, worker.name)
-    access = access_objects(
-        worker.body, worker.spec.agent, children, config.worker.service_account_annotations
-    )
-    if not storage.ensure_access(access):
-        grant(storage, worker.body)  # made by an earlier pass: its children may have changed
+    account, _, _ = _access(storage, worker, config)
+    storage.ensure_access([account])  # the API server admits no pod naming an absent account
     deadline = clocks.deadline(
         worker.spec.deadline_seconds or config.worker.deadline_seconds,
         parent.deadline_at if parent else None,
@@ -170,6 +183,7 @@ def start(
         created = storage.create_pod(pod, worker.body["metadata"]["uid"])
     except Conflict as e:
         raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
+    grant_access(storage, worker, config)
     metrics.SPAWNS.inc()
     born = dt.datetime.fromisoformat(
         worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")

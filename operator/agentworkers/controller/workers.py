@@ -21,7 +21,7 @@ from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
 from agentworkers.controller import lineage, metrics, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
-from agentworkers.controller.worker_start import adopt, bind, start
+from agentworkers.controller.worker_start import adopt, bind, grant_access, start
 from agentworkers.core import clocks
 from agentworkers.core.conditions import now
 from agentworkers.core.pods import failure, owned_by, pod_name, running_since
@@ -143,6 +143,8 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         raise RunFailedError(
             f"a pod named {pod_name(worker.name)} is not this run's", reason=reasons.POD_CONFLICT
         )
+    elif not worker.status.pod:
+        grant_access(storage, worker, config)  # an earlier pass ended between pod and access
     _follow(worker, pod)
     if worker.status.phase == "Idle":
         _idle_clock(storage, worker, pod, config)

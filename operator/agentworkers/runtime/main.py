@@ -107,12 +107,12 @@ class Reporter:
         self.flush()
 
 
-GRANT_WAIT = 15.0  # seconds: the operator grants a runtime its new child right after binding it
+GRANT_WAIT = 15.0  # seconds: the operator grants access right after the pod or a child's binding
 
 
 def _once_granted(call: Callable[[], T]) -> T:
-    """Retry a call refused with 403 for a short while: access to a child just spawned
-    arrives when the operator has bound it (eventual, within moments)."""
+    """Retry a call refused with 403 for a short while: the runtime's access arrives just
+    after its pod is made, a child's once the operator has bound it (within moments)."""
     deadline = time.monotonic() + GRANT_WAIT
     while True:
         try:
@@ -183,7 +183,8 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     api = kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
-    body = storage.get("workers", namespace, name)
+    # The operator grants the runtime its Role right after creating the pod.
+    body = _once_granted(lambda: storage.get("workers", namespace, name))
     if body is None:
         log.error("worker %s/%s not found", namespace, name)
         return 1

@@ -312,6 +312,48 @@ def test_a_top_level_run_freezes_the_active_revision_through_its_pod() -> None:
     assert next(r["resourceNames"] for r in role["rules"] if "resourceNames" in r) == ["w"]
 
 
+def test_two_writes_on_the_way_to_the_pod_and_its_access_after() -> None:
+    """The ServiceAccount must exist before the pod (the API server refuses a pod naming
+    an absent one); the Role and RoleBinding come after it, off the pod's path."""
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+    before = len(memory.writes)
+    reconcile(memory, "w")
+    made = [(verb, kind) for verb, kind, _ in memory.writes[before:] if verb == "POST"]
+    assert made[:4] == [
+        ("POST", "ServiceAccount"),
+        ("POST", "pods"),
+        ("POST", "Role"),
+        ("POST", "RoleBinding"),
+    ]
+
+
+def test_a_pass_that_ended_between_the_pod_and_its_access_is_completed() -> None:
+    """A crash after the pod, before the Role: the next pass finds a pod its Worker does not
+    record yet and grants the runtime its access (not a second pod)."""
+    memory = Memory()
+    planner(memory)
+    memory.put("workers", worker("w"))
+    real = memory.ensure_access
+
+    def crash_at_the_role(objects: list[dict[str, Any]]) -> bool:
+        if any(o["kind"] == "Role" for o in objects):
+            raise ApiError("the operator died here", 503)
+        return real(objects)
+
+    memory.ensure_access = crash_at_the_role  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        workers.reconcile(memory, "ns", "w")
+    assert memory.find("pods", "w") is not None
+    assert ("Role", "ns", "worker-w") not in memory.objects
+    memory.ensure_access = real  # type: ignore[method-assign]
+    reconcile(memory, "w")
+    assert ("Role", "ns", "worker-w") in memory.objects
+    assert ("RoleBinding", "ns", "worker-w") in memory.objects
+    assert sum(1 for w in memory.writes if w == ("POST", "pods", "w")) == 1
+
+
 def test_a_bound_child_runs_its_profile_and_is_in_its_parent_s_role() -> None:
     memory = Memory()
     _profiled_child(memory)
