@@ -3,6 +3,7 @@
 
     python bench/faults.py [--spawns 1000] [--kills 20] [--seconds 120]
                            [--restarts 6] [--runs 60] [--runtime-kills 10] [--pod-deletes 5]
+                           [--model-runs 40] [--only operator|control-plane|runtimes|model]
 
 Scenario "operator crashes": spawns Workers at a steady pace (a third of them profiled
 children of running parents) while the operator is SIGKILLed at random moments and
@@ -28,6 +29,16 @@ pods deleted behind the operator's back. Invariants: no run hangs after its runt
 each such run is Failed with its reason (what its container's end says, or PodLost), one
 Warning Event, and the same reason to whoever collects it; every other run stays Idle; no
 run gets a second pod.
+
+Scenario "model endpoint faults" (`--model-runs 40`, no cluster needed:
+`bench/fault_model_endpoint.py`): runs of the worker runtime's agent loop and model client,
+in process, against a fake chat-completions server that answers 429 with Retry-After, 500,
+400, nothing (hangs), a body cut half-way, a body that trickles in. Invariants: each run
+ends as its faults imply (Done with its answer, or Failed naming the cause), retries
+bounded and spaced by Retry-After (capped) or the backoff, tokens counted once per reply
+received, no call past the token budget, no run hung.
+
+`--only NAME` (repeatable) runs only that scenario: operator, control-plane, runtimes, model.
 
 Bounded in count and time, loopback only; run it alone on the local control plane.
 `tests/e2e/test_faults.py` runs a short version in `make test`.
@@ -440,6 +451,9 @@ def _check_runtimes(
     v["second pod"] += sorted(n for n, uid in now.items() if n in pods and uid != pods[n])
 
 
+SCENARIOS = ("operator", "control-plane", "runtimes", "model")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spawns", type=int, default=1000)
@@ -451,17 +465,36 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=60, help="runs whose runtimes are killed")
     parser.add_argument("--runtime-kills", type=int, default=10)
     parser.add_argument("--pod-deletes", type=int, default=5)
+    parser.add_argument(
+        "--model-runs", type=int, default=40, help="runs against a faulty model endpoint"
+    )
+    parser.add_argument(
+        "--only", action="append", choices=SCENARIOS, help="run only this scenario (repeatable)"
+    )
     args = parser.parse_args()
+    only = set(args.only or SCENARIOS)
     # Stopped early, it still stops its operator and takes its webhook along (a webhook left
     # behind would refuse every write of agentworkers objects: it fails closed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    cluster = local_cluster()
-    install_crds(cluster)
-    reports = [
-        operator_crashes(cluster, args.spawns, args.kills, args.seconds),
-        control_plane_restarts(cluster, args.spawns // 2, args.restarts, args.seconds / 2),
-        runtimes_killed(cluster, args.runs, args.runtime_kills, args.pod_deletes),
-    ]
+    reports = []
+    if only - {"model"}:  # the model endpoint's scenario needs no cluster
+        cluster = local_cluster()
+        install_crds(cluster)
+        if "operator" in only:
+            reports.append(operator_crashes(cluster, args.spawns, args.kills, args.seconds))
+        if "control-plane" in only:
+            reports.append(
+                control_plane_restarts(cluster, args.spawns // 2, args.restarts, args.seconds / 2)
+            )
+        if "runtimes" in only:
+            reports.append(
+                runtimes_killed(cluster, args.runs, args.runtime_kills, args.pod_deletes)
+            )
+    if "model" in only:
+        # Imported here: it takes Report from this module.
+        from bench.fault_model_endpoint import model_endpoint_faults  # noqa: PLC0415
+
+        reports.append(model_endpoint_faults(args.model_runs))
     for report in reports:
         report.show()
     clean = all(r.clean for r in reports)

@@ -26,6 +26,8 @@ reply (a tool call counts its name and JSON arguments).
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import re
 import threading
@@ -130,9 +132,12 @@ class ModelClient(Protocol):
 
 
 class OpenAIChatClient:
-    """POSTs to ``{base_url}/chat/completions``; retries 429, 5xx and connection
-    failures up to ``retries`` times with exponential backoff (or the server's
-    Retry-After, capped)."""
+    """POSTs to ``{base_url}/chat/completions``; retries 429, 5xx, connection failures,
+    timeouts (no answer, or a body still coming, ``timeout`` after the attempt began) and
+    replies cut short, up to ``retries`` times, with exponential backoff (or the server's
+    Retry-After, capped at ``max_retry_after``). The error after the last attempt says
+    which: ``returned HTTP 503``, ``did not answer within 120 s``, ``cut its reply
+    short``, ``unreachable``."""
 
     def __init__(
         self,
@@ -143,6 +148,7 @@ class OpenAIChatClient:
         retries: int = 3,
         backoff: float = 1.0,
         sleep: Callable[[float], None] = time.sleep,
+        max_retry_after: float = MAX_RETRY_AFTER,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
@@ -151,6 +157,7 @@ class OpenAIChatClient:
         self._retries = retries
         self._backoff = backoff
         self._sleep = sleep
+        self._max_retry_after = max_retry_after
 
     def complete(self, messages: list[Message], tools: list[ToolSpec], params: Params) -> Reply:
         body: dict[str, Any] = {
@@ -183,24 +190,29 @@ class OpenAIChatClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         for attempt in range(self._retries + 1):
+            last = attempt == self._retries
+            tried = f" (after {attempt + 1} attempts)" if attempt else ""
             request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
             try:
-                with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                    raw = response.read()
+                raw = self._exchange(request)
             except urllib.error.HTTPError as e:
-                text = e.read().decode("utf-8", "replace")
-                retryable = e.code == 429 or e.code >= 500
-                if not retryable or attempt == self._retries:
+                text = ""
+                with contextlib.suppress(OSError, http.client.HTTPException):
+                    text = e.read().decode("utf-8", "replace")  # a cut body: what came
+                if not (e.code == 429 or e.code >= 500) or last:
                     raise ModelError(
-                        f"model endpoint {self.url} returned HTTP {e.code}: {text[:BODY_EXCERPT]}",
+                        f"model endpoint {self.url} returned HTTP {e.code}{tried}: "
+                        f"{text[:BODY_EXCERPT]}",
                         status=e.code,
                         body=text,
                     ) from e
                 self._sleep(self._delay(attempt, e.headers.get("Retry-After")))
                 continue
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                if attempt == self._retries:
-                    raise ModelError(f"model endpoint {self.url} unreachable: {e}") from e
+            except (_Cut, OSError) as e:  # URLError, a timeout, a reset...
+                if last:
+                    raise ModelError(
+                        f"model endpoint {self.url} {_failure(e, self._timeout)}{tried}"
+                    ) from e
                 self._sleep(self._delay(attempt, None))
                 continue
             try:
@@ -215,13 +227,51 @@ class OpenAIChatClient:
             return decoded
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _exchange(self, request: urllib.request.Request) -> bytes:
+        """One attempt's whole reply body. The socket's timeout bounds each read, not a
+        body that trickles in: the attempt gives up at the first read past ``timeout``
+        from its start (so it takes at most about twice ``timeout``). Raises TimeoutError,
+        _Cut (the connection closed before the body's end), HTTPError, OSError."""
+        deadline = time.monotonic() + self._timeout
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:
+                chunks: list[bytes] = []
+                while chunk := response.read1(65536):
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("timed out")
+                if response.length:  # fewer bytes than its Content-Length said
+                    got = sum(map(len, chunks))
+                    raise _Cut(f"{got} of {got + response.length} bytes")
+                return b"".join(chunks)
+        except ConnectionError:  # RemoteDisconnected too: closed before any reply
+            raise
+        except http.client.IncompleteRead as e:  # a chunked body cut short
+            raise _Cut(f"{len(e.partial)} bytes, then the connection closed") from e
+        except http.client.HTTPException as e:  # a status line or headers cut short
+            raise _Cut(f"{type(e).__name__}: {e}") from e
+
     def _delay(self, attempt: int, retry_after: str | None) -> float:
         if retry_after:
             try:
-                return min(max(float(retry_after), 0.0), MAX_RETRY_AFTER)
+                return min(max(float(retry_after), 0.0), self._max_retry_after)
             except ValueError:
                 pass  # an HTTP date: fall back to our own backoff
         return float(self._backoff * 2**attempt)
+
+
+class _Cut(Exception):
+    """A reply cut short: the connection closed before its body's end."""
+
+
+def _failure(e: Exception, timeout: float) -> str:
+    """What went wrong with an attempt that got no HTTP status, for the run's error."""
+    reason = e.reason if isinstance(e, urllib.error.URLError) else e
+    if isinstance(reason, TimeoutError):
+        return f"did not answer within {timeout:g} s"
+    if isinstance(e, _Cut):
+        return f"cut its reply short ({e})"
+    return f"unreachable: {reason}"
 
 
 def _parse_reply(body: dict[str, Any]) -> Reply:
