@@ -30,6 +30,9 @@ JSON = "application/json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
+# (connect, read) seconds, or one bound for both.
+Timeout = float | tuple[float, float]
+
 # Core and RBAC kinds the operator and the client touch, by plural.
 _CORE = {"pods": "/api/v1", "events": "/api/v1", "serviceaccounts": "/api/v1"}
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -89,6 +92,11 @@ def _verb_and_resource(method: str, url: str, query: Query) -> tuple[str, str]:
     return method, resource
 
 
+class SilentWatch(ApiError):
+    """A watch's connection sent nothing for longer than the server would stay quiet: a
+    network that lost it without a word (a partition, a NAT entry gone) looks like this."""
+
+
 @dataclass
 class Api:
     """Requests on one pooled client (`agentworkers.kube.connect`)."""
@@ -102,7 +110,7 @@ class Api:
         body: Any = None,
         query: Query | None = None,
         content_type: str = JSON,
-        timeout: float | None = None,
+        timeout: Timeout | None = None,
     ) -> Body:
         response = self._send(method, url, body, query, content_type, timeout)
         data = response.data
@@ -115,7 +123,7 @@ class Api:
         body: Any,
         query: Query | None,
         content_type: str,
-        timeout: float | None,
+        timeout: Timeout | None,
     ) -> Any:
         headers = {"Accept": JSON}
         if body is not None:
@@ -183,10 +191,13 @@ class Api:
         seconds: int,
         *,
         fields: str = "",
+        silence: float | None = None,
     ) -> Iterator[Body]:
-        """The watch events from `version` on, for at most `seconds` (the server ends it);
-        a connection gone silent for 30 s longer is an ApiError. A `410 Gone` (the version
-        is too old) arrives as an ApiError with status 410, like a refused request."""
+        """The watch events from `version` on, for at most `seconds` (the server ends it).
+        A connection that sends nothing (no event, no bookmark) for `silence` seconds
+        (default: the watch's length plus 30) is presumed dead: `SilentWatch`; any other
+        break is an ApiError too. A `410 Gone` (the version is too old) arrives as an
+        ApiError with status 410, like a refused request."""
         query = [
             ("watch", "true"),
             ("resourceVersion", version),
@@ -195,7 +206,9 @@ class Api:
         ]
         if fields:
             query.append(("fieldSelector", fields))
-        response = self._send("GET", path(plural, namespace), None, query, JSON, seconds + 30)
+        bound = seconds + 30
+        timeout = (bound, min(bound, silence or bound))  # (connect, each read)
+        response = self._send("GET", path(plural, namespace), None, query, JSON, timeout)
         pending = b""
         try:
             for chunk in response.stream(amt=None, decode_content=True):
@@ -211,6 +224,11 @@ class Api:
                             status.get("code"), status.get("reason", ""), json.dumps(status)
                         )
                     yield event
+        except urllib3.exceptions.ReadTimeoutError as e:
+            # What lost this connection lost the idle ones pooled beside it as well: a
+            # request sent on one would wait out its whole timeout. New ones, then.
+            self.client.rest_client.pool_manager.clear()
+            raise SilentWatch(f"the watch went silent (nothing for {timeout[1]:.0f} s)") from e
         except urllib3.exceptions.HTTPError as e:
             raise ApiError(f"the watch broke: {e}") from e
         finally:

@@ -11,11 +11,16 @@ from collections.abc import Iterator
 from typing import Literal
 
 from agentworkers.errors import ApiError
-from agentworkers.kube.api import Api, Body
+from agentworkers.kube.api import Api, Body, SilentWatch
 
 # A watch is reopened at least this often, so a waiter can report progress and notice its
 # deadline even when nothing changes.
 HEARTBEAT_SECONDS = 10.0
+# The API server sends a watch that asks for bookmarks one about every minute, however
+# quiet its objects (and one just before the watch's end): a connection that sends nothing
+# for longer is dead, though nobody said so (a partition, a NAT entry gone). The watch is
+# then opened again from the last version it saw. kopf's own watches give up after 70 s.
+SILENCE_SECONDS = 75.0
 
 Change = Literal["ADDED", "MODIFIED", "DELETED", "SYNCED", "IDLE"]
 
@@ -35,7 +40,9 @@ def observe(
     and ("IDLE", None) after each quiet spell of at most `heartbeat` seconds. It lists,
     then watches from the listing's resourceVersion, so nothing falls in between; when a
     watch expires (410 Gone) it lists again, and what vanished meanwhile comes out
-    DELETED. Ends at the deadline (monotonic clock); a broken connection is an ApiError.
+    DELETED. A watch gone silent for `SILENCE_SECONDS` (a connection lost without a word)
+    is opened again from the last version seen. Ends at the deadline (monotonic clock); a
+    broken connection is an ApiError.
     """
     fields = f"metadata.name={name}" if name else ""
     known: dict[str, Body] = {}
@@ -57,7 +64,12 @@ def observe(
                     return
             try:
                 for event in api.watch(
-                    plural, namespace, version, max(1, math.ceil(spell)), fields=fields
+                    plural,
+                    namespace,
+                    version,
+                    max(1, math.ceil(spell)),
+                    fields=fields,
+                    silence=SILENCE_SECONDS,
                 ):
                     body = event["object"]
                     version = body["metadata"]["resourceVersion"]
@@ -69,6 +81,8 @@ def observe(
                     else:
                         known[body["metadata"]["uid"]] = body
                     yield kind, body
+            except SilentWatch:
+                pass  # presumed dead: watch again from the last version seen
             except ApiError as e:
                 if e.status != 410:
                     raise
