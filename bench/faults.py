@@ -3,7 +3,9 @@
 
     python bench/faults.py [--spawns 1000] [--kills 20] [--seconds 120]
                            [--restarts 6] [--runs 60] [--runtime-kills 10] [--pod-deletes 5]
-                           [--model-runs 40] [--only operator|control-plane|runtimes|model]
+                           [--model-runs 40] [--net-spawns 300] [--net-faults 10]
+                           [--net-seconds 90] [--net-runs 9]
+                           [--only operator|control-plane|runtimes|model|network]
 
 Scenario "operator crashes": spawns Workers at a steady pace (a third of them profiled
 children of running parents) while the operator is SIGKILLed at random moments and
@@ -38,7 +40,14 @@ ends as its faults imply (Done with its answer, or Failed naming the cause), ret
 bounded and spaced by Retry-After (capped) or the backoff, tokens counted once per reply
 received, no call past the token budget, no run hung.
 
-`--only NAME` (repeatable) runs only that scenario: operator, control-plane, runtimes, model.
+Scenario "network faults" (`bench/fault_network.py`): the operator and the runtimes reach
+the API server through a proxy that drops connections, blackholes them (healing, or leaving
+them silent for good), adds latency, and hides an API server restart (410 Gone on every
+watch resumed); the operator's workload plus interactive runs receiving queries and kills.
+Invariants: the operator's, and each query delivered once, each kill done once.
+
+`--only NAME` (repeatable) runs only that scenario: operator, control-plane, runtimes, model,
+network.
 
 Bounded in count and time, loopback only; run it alone on the local control plane.
 `tests/e2e/test_faults.py` runs a short version in `make test`.
@@ -451,7 +460,7 @@ def _check_runtimes(
     v["second pod"] += sorted(n for n, uid in now.items() if n in pods and uid != pods[n])
 
 
-SCENARIOS = ("operator", "control-plane", "runtimes", "model")
+SCENARIOS = ("operator", "control-plane", "runtimes", "model", "network")
 
 
 def main() -> int:
@@ -468,6 +477,10 @@ def main() -> int:
     parser.add_argument(
         "--model-runs", type=int, default=40, help="runs against a faulty model endpoint"
     )
+    parser.add_argument("--net-spawns", type=int, default=300, help="network faults: spawns")
+    parser.add_argument("--net-faults", type=int, default=10, help="network faults injected")
+    parser.add_argument("--net-seconds", type=float, default=90, help="network faults: window")
+    parser.add_argument("--net-runs", type=int, default=9, help="network faults: runs")
     parser.add_argument(
         "--only", action="append", choices=SCENARIOS, help="run only this scenario (repeatable)"
     )
@@ -489,6 +502,15 @@ def main() -> int:
         if "runtimes" in only:
             reports.append(
                 runtimes_killed(cluster, args.runs, args.runtime_kills, args.pod_deletes)
+            )
+        if "network" in only:
+            # Imported here: it takes Report from this module.
+            from bench.fault_network import network_faults  # noqa: PLC0415
+
+            reports.append(
+                network_faults(
+                    cluster, args.net_spawns, args.net_faults, args.net_seconds, args.net_runs
+                )
             )
     if "model" in only:
         # Imported here: it takes Report from this module.

@@ -2,6 +2,7 @@
 """A local pod runner for the local control plane: a development tool, not a kubelet.
 
     python hack/podrunner.py [--kubeconfig K] [--namespace-prefix P] [--logs DIR]
+                             [--pod-server URL]
 
 kwok simulates nodes and pod phases but runs nothing. This tool watches the pods of
 namespaces under a prefix (the worker pods the operator creates, and the operator's own
@@ -19,7 +20,9 @@ container as a local process, the way a kubelet would run it:
   on the loopback device);
 * with the pod's own service-account credentials: a token requested for the pod's
   ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
-  least privilege it has in a real pod;
+  least privilege it has in a real pod (its server: --pod-server, when the pods are to
+  reach the API server another way than the runner does, as through the fault suite's
+  proxy; else the runner's own);
 * in a temporary directory standing in for the sandbox emptyDir (the pod's
   AGENTWORKERS_SANDBOX and working directory), removed with the process;
 * its stdout and stderr appended, in the CRI log format a kubelet writes, to
@@ -53,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes
+import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
@@ -74,8 +78,15 @@ class Run:
 
 
 class PodRunner:
-    def __init__(self, api: kubernetes.client.ApiClient, prefix: str, logs: Path) -> None:
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        prefix: str,
+        logs: Path,
+        pod_server: str | None = None,
+    ) -> None:
         self.api = api
+        self.pod_server = pod_server
         self.core = kubernetes.client.CoreV1Api(api)
         self.prefix = prefix
         self.logs = logs
@@ -96,6 +107,10 @@ class PodRunner:
                     self.handle(event["type"], event["object"])
             except ApiException as e:
                 log.warning("watch failed (%s); watching again", e.reason)
+            except urllib3.exceptions.HTTPError as e:
+                # The API server unreachable (restarted, say): as a kubelet, wait and retry.
+                log.warning("watch broke (%s); watching again", e)
+                time.sleep(1)
             finally:
                 stream.stop()
 
@@ -250,7 +265,10 @@ class PodRunner:
             "clusters": [
                 {
                     "name": "local",
-                    "cluster": {"server": config.host, "certificate-authority": config.ssl_ca_cert},
+                    "cluster": {
+                        "server": self.pod_server or config.host,
+                        "certificate-authority": config.ssl_ca_cert,
+                    },
                 }
             ],
             "users": [{"name": account, "user": {"token": request.status.token}}],
@@ -406,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--logs", type=Path, default=Path(tempfile.gettempdir()) / "agentworkers-pods"
     )
+    parser.add_argument(
+        "--pod-server",
+        help="the API server URL the pods are given (default: the runner's own)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s podrunner %(message)s")
     args.logs.mkdir(parents=True, exist_ok=True)
@@ -413,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         kubernetes.config.new_client_from_config(config_file=args.kubeconfig),
         args.namespace_prefix,
         args.logs,
+        args.pod_server,
     )
     signal.signal(signal.SIGTERM, lambda *_: runner.shutdown() or sys.exit(0))
     try:

@@ -361,9 +361,10 @@ def local_cluster() -> Cluster:
 
 @contextlib.contextmanager
 def pod_runner(
-    cluster: Cluster, namespace_prefix: str, logs: Path
+    cluster: Cluster, namespace_prefix: str, logs: Path, pod_server: str | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """hack/podrunner.py for the pods of namespaces starting with `namespace_prefix`."""
+    """hack/podrunner.py for the pods of namespaces starting with `namespace_prefix`;
+    `pod_server`: the API server URL the pods get (default: the cluster's own)."""
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / "podrunner.log").open("wb") as out:
         process = subprocess.Popen(
@@ -373,6 +374,7 @@ def pod_runner(
                 f"--kubeconfig={cluster.kubeconfig}",
                 f"--namespace-prefix={namespace_prefix}",
                 f"--logs={logs}",
+                *([f"--pod-server={pod_server}"] if pod_server else []),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

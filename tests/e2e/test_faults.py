@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bench.fault_network import NETWORK_INVARIANTS, network_faults
 from bench.faults import (
     INVARIANTS,
     RUNTIME_INVARIANTS,
@@ -34,3 +35,13 @@ def test_control_plane_restarts_lose_and_double_nothing(cluster: Cluster) -> Non
     report.show()
     assert len(report.faults) == 2
     assert report.violations == {name: [] for name in INVARIANTS}
+
+
+def test_network_faults_lose_and_double_nothing(cluster: Cluster) -> None:
+    # A silent connection takes kopf 70 s to notice, and `observe` 75: this one runs longer.
+    report = network_faults(
+        cluster, spawns=30, faults=3, seconds=20, runs=6, kinds=("drop", "silent", "gone")
+    )
+    report.show()
+    assert len(report.faults) == 3
+    assert report.violations == {name: [] for name in NETWORK_INVARIANTS}
