@@ -466,6 +466,34 @@ def controller_manager(qps: int) -> Iterator[None]:
     yield
 
 
+WORKERS = "/apis/agentworkers.io/v1alpha1/namespaces/{namespace}/workers"
+JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
+
+
+def side_by_side(bench: Bench, rates: list[float], args: argparse.Namespace) -> list[Phase]:
+    """The Job controller throttled at the lowest rate, then Worker and Job unthrottled side
+    by side at each rate, the first of each pair alternating: a shared machine's drift falls
+    on both alike."""
+    results = []
+
+    def phase(label: str, make: Callable[[str], dict[str, Any]], path: str, rate: float) -> None:
+        count = min(int(rate * args.seconds), args.max_objects)
+        results.append(bench.run(label, make, path, count, rate))
+        bench.drop(label)
+
+    if not args.no_jobs:
+        with controller_manager(0):  # throttled, it keeps up with less than the lowest rate
+            phase(f"job-throttled-{int(rates[0])}", job, JOBS, rates[0])
+    with controller_manager(5000):
+        for i, rate in enumerate(rates):
+            for kind in ("worker", "job")[:: 1 if i % 2 == 0 else -1]:
+                if kind == "worker" and not args.no_workers:
+                    phase(f"worker-{int(rate)}", worker, WORKERS, rate)
+                elif kind == "job" and not args.no_jobs:
+                    phase(f"job-unthrottled-{int(rate)}", job, JOBS, rate)
+    return results
+
+
 def summarize(results: list[Phase], rates: list[float]) -> None:
     print("\n== summary (rate: Worker vs Job unthrottled vs Job throttled, create->pod p99 ms)")
     by_label = {p.label: p for p in results}
@@ -510,6 +538,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
+
     # Stopped early, it still stops its operators and takes their webhooks along: a
     # webhook left behind would refuse every write of agentworkers objects (fail closed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -552,27 +581,9 @@ def main() -> int:
             pids = {"operator": operator.process.pid}
             answering = controller = operator
         bench = Bench(cluster, watch, pids, prefix, webhook, answering, controller)
-        workers = "/apis/agentworkers.io/v1alpha1/namespaces/{namespace}/workers"
-        jobs = "/apis/batch/v1/namespaces/{namespace}/jobs"
-        plan: list[tuple[str, Callable[[str], dict[str, Any]], str, int]] = []
-        for kind, make, path, qps in (
-            ("worker", worker, workers, 0),
-            ("job-throttled", job, jobs, 0),
-            ("job-unthrottled", job, jobs, 5000),
-        ):
-            if (args.no_jobs and kind != "worker") or (args.no_workers and kind == "worker"):
-                continue
-            plan.append((kind, make, path, qps))
-        for kind, make, path, qps in plan:
-            with controller_manager(qps) if kind.startswith("job") else contextlib.nullcontext():
-                # Throttled, the Job controller keeps up with less than the lowest rate.
-                for rate in rates[:1] if kind == "job-throttled" else rates:
-                    count = min(int(rate * args.seconds), args.max_objects)
-                    label = f"{kind}-{int(rate)}"
-                    results.append(bench.run(label, make, path, count, rate))
-                    bench.drop(label)
+        results += side_by_side(bench, rates, args)
         if args.burst and not args.no_workers:
-            burst = bench.run("worker-burst", worker, workers, args.burst, 0)
+            burst = bench.run("worker-burst", worker, WORKERS, args.burst, 0)
             # What the operator holds with the burst's Workers in place, once it is quiet.
             time.sleep(args.settle)
             burst.settled_rss = rss_mib(pids["operator"])
