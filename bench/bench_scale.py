@@ -50,7 +50,8 @@ from tests.e2e.support import (  # noqa: E402
 )
 
 KEPT_UP = 5.0  # seconds: a rate is kept up when every pod appears within this
-STATE = REPO / ".cluster" / "state.json"
+# hack/localcluster.py's state: the control plane this run uses (its own directory, if set).
+STATE = Path(os.environ.get("AGENTWORKERS_CLUSTER_DIR", REPO / ".cluster")) / "state.json"
 REQUESTS = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 ADMISSION = re.compile(
     r"^apiserver_admission_webhook_admission_duration_seconds_bucket\{(?P<labels>[^}]*)\} "
