@@ -52,7 +52,7 @@ def _operator(args: argparse.Namespace) -> int:
     import prometheus_client  # noqa: PLC0415
 
     # The operator's imports (kopf, aiohttp, cryptography) stay out of every other verb.
-    from agentworkers.controller import kopf_fixes, kopf_settings, startup  # noqa: PLC0415
+    from agentworkers.controller import collector, kopf_fixes, kopf_settings, startup  # noqa: PLC0415
     from agentworkers.controller.options import Options  # noqa: PLC0415
 
     # Importing a module registers its kopf handlers.
@@ -95,6 +95,7 @@ def _operator(args: argparse.Namespace) -> int:
         log_refkey="object",
     )
     kopf_fixes.apply(options.namespaces)
+    collector.install()
     if not args.verbose:
         kopf_settings.quiet()
     if options.metrics_port:
