@@ -39,6 +39,7 @@ PODS = ("", "v1", "pods")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
 # replica's last (kopf's default, 60, is past a failover a platform team waits out).
 PEERING_LIFETIME = 15
+CONNECT_TIMEOUT = 10  # seconds, to the API server (loopback or the cluster's own network)
 # Only the pods of Workers: the operator never reads any other.
 POD_FILTER: dict[str, Any] = {"labels": {WORKER_LABEL: kopf.PRESENT}}
 
@@ -57,6 +58,13 @@ def configure(
     # We post our own Events with reasons; kopf's per-handler chatter stays in the log.
     settings.posting.enabled = False
     settings.watching.server_timeout = options.watch_timeout
+    # A connection that died silently (no reset: a partition, a dropped NAT entry) is given
+    # up on: a request after request_timeout, a watch after kopf's inactivity_timeout (70 s,
+    # past the API server's bookmarks) or, at the latest, past the server's own end.
+    settings.networking.request_timeout = options.request_timeout
+    settings.networking.connect_timeout = CONNECT_TIMEOUT
+    settings.watching.connect_timeout = CONNECT_TIMEOUT
+    settings.watching.client_timeout = options.watch_timeout + 30
     settings.execution.max_workers = options.workers
     settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
     settings.peering.standalone = options.standalone
