@@ -65,6 +65,9 @@ def configure(
     settings.networking.connect_timeout = CONNECT_TIMEOUT
     settings.watching.connect_timeout = CONNECT_TIMEOUT
     settings.watching.client_timeout = options.watch_timeout + 30
+    # The API server filters the pods: the others in a served namespace (a team's own
+    # Deployments, Jobs) never reach the operator, which would only decode and drop them.
+    settings.watching.label_selectors[PODS] = WORKER_LABEL
     settings.execution.max_workers = options.workers
     settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
     settings.peering.standalone = options.standalone
