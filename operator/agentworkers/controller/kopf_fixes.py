@@ -1,4 +1,4 @@
-"""Five changes to kopf (1.45), applied before `kopf.run`.
+"""Six changes to kopf (1.45), applied before `kopf.run`.
 
 1. Admission refusals say why in machine-readable form. kopf answers a refused review
 with a Status of only a message and a code; a `Refused` error adds `details.causes` with
@@ -44,12 +44,26 @@ second and pauses of 10-100 ms, the tail of admission and of every pass. Made on
 access instead, the views point back at nothing that points at them: reference counting
 frees an event the moment kopf lets it go. `tests/unit/controller/test_kopf_fixes.py`
 fails if a kopf upgrade brings the cycles back.
+
+6. A watcher kopf stops before it has listed its kind no longer holds every handler back.
+
+kopf holds each event's handlers until every watcher has listed its kind: a toggle per
+(kind, namespace), made when the watcher starts and dropped only by its listing. A
+watcher stopped before that (its namespace gone, its listing answered 429 while the API
+server re-initialises that kind's storage) left its toggle off for good, and every
+watcher started after it waited on it: nothing in a namespace created later was handled
+(kopf logged "Unprocessed streams left" as those namespaces went) until a restart. Seen
+in CI: the operator started while a test's namespace was being deleted, served it for a
+moment, and stopped its watchers during their 429 retry. The toggle now goes with its
+watcher, however it ends. `tests/unit/controller/test_kopf_fixes.py` reproduces it with
+kopf's own orchestration.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -58,7 +72,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.engines import admission
-from kopf._core.reactor import observation, orchestration
+from kopf._core.reactor import observation, orchestration, queueing
 
 from agentworkers.errors import Refusal
 
@@ -131,6 +145,32 @@ async def spawn_missing_watchers(*, ensemble: Any, **kwargs: Any) -> None:
         task = asyncio.create_task(_set_when_indexed(ensemble.operator_indexed))
         _waiting.add(task)
         task.add_done_callback(_waiting.discard)
+
+
+_watcher = getattr(queueing, "watcher", None)
+
+
+async def watcher(
+    *, operator_indexed: Any = None, resource_indexed: Any = None, **kwargs: Any
+) -> None:
+    """kopf's own watcher; when it ends, for whatever reason, its kind's index toggle goes
+    too (kopf drops it only when the watcher has listed its kind)."""
+    try:
+        await _watcher(  # type: ignore[misc]
+            operator_indexed=operator_indexed, resource_indexed=resource_indexed, **kwargs
+        )
+    finally:
+        if operator_indexed is not None and resource_indexed is not None:
+            # Shielded: stopping cancels the watcher, maybe twice; the drop must happen.
+            await asyncio.shield(operator_indexed.drop_toggle(resource_indexed))
+
+
+def _watcher_takes_toggles() -> bool:
+    try:
+        parameters = inspect.signature(_watcher).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return "operator_indexed" in parameters and "resource_indexed" in parameters
 
 
 _build_webhooks = admission.build_webhooks
@@ -227,7 +267,7 @@ def _views_per_access(
 
 
 def apply(namespaces: Sequence[str] = ()) -> None:
-    """Install all five (idempotent): kopf looks these up when it runs them. `namespaces`:
+    """Install all six (idempotent): kopf looks these up when it runs them. `namespaces`:
     the operator's `--namespace` patterns (none: every namespace)."""
     for cls, views in _VIEWS.items():
         _views_per_access(cls, views)
@@ -239,6 +279,11 @@ def apply(namespaces: Sequence[str] = ()) -> None:
         # A kopf that moved things: admission answers from a store that may be filling.
         log.warning("kopf's orchestration has changed; admission does not wait for indexing")
         indexed.set()
+    if _watcher_takes_toggles():
+        queueing.watcher = watcher
+    else:
+        # A kopf that moved things: a watcher stopped before its listing may hold handlers.
+        log.warning("kopf's watcher has changed; a stopped watcher's index toggle may stay")
     if not hasattr(observation, "process_discovered_namespace_event") or not hasattr(
         observation, "revise_namespaces"
     ):

@@ -1,15 +1,25 @@
 """kopf's fixes: the namespace observer serves a namespace seen only in the watch-stream's
 own listing (an event of type None) like one seen being added; webhooks match only the
-served namespaces; an event's body and patch are no reference cycles."""
+served namespaces; an event's body and patch are no reference cycles; a watcher stopped
+before it listed its kind holds no handler back."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
+from collections.abc import AsyncIterator
 from typing import Any
+from unittest import mock
 
-from kopf._cogs.structs import bodies, patches, references
-from kopf._core.reactor import observation
+from kopf._cogs.aiokits import aiotoggles
+from kopf._cogs.clients import watching
+from kopf._cogs.configs import configuration
+from kopf._cogs.structs import bodies, ephemera, patches, references
+from kopf._core.actions import lifecycles
+from kopf._core.engines import indexing
+from kopf._core.intents import registries
+from kopf._core.reactor import inventory, observation, orchestration, processing, queueing
 
 from agentworkers.controller import kopf_fixes
 
@@ -126,3 +136,91 @@ def test_an_event_s_body_and_patch_are_freed_without_the_cyclic_collector() -> N
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+WORKERS = references.Resource(
+    "agentworkers.io", "v1alpha1", "workers", namespaced=True, verbs=frozenset({"list", "watch"})
+)
+
+
+def _handled_after_a_watcher_stopped_unlisted() -> list[str]:
+    """kopf's own orchestration and processing: a watcher whose listing never answers (as
+    while the API server answers 429), stopped as its namespace goes; then a watcher of a
+    new namespace lists one object. The namespaces whose object kopf got to handle."""
+    handled: list[str] = []
+
+    async def stream(*, namespace: str, **_: Any) -> AsyncIterator[Any]:
+        if namespace == "going":
+            await asyncio.Event().wait()  # its listing never answers
+        yield watching.Bookmark.LISTED
+        meta = {"uid": f"uid-{namespace}", "name": "w", "namespace": namespace}
+        yield {"type": "ADDED", "object": {"kind": "Worker", "metadata": meta}}
+        await asyncio.Event().wait()
+
+    async def run() -> None:
+        settings = configuration.OperatorSettings()
+        settings.queueing.exit_timeout = 0.1
+        process = functools.partial(
+            processing.process_resource_event,
+            lifecycle=lifecycles.all_at_once,
+            registry=registries.OperatorRegistry(),
+            settings=settings,
+            indexers=indexing.OperatorIndexers(),
+            memories=inventory.ResourceMemories(),
+            memobase=ephemera.AnyMemo(ephemera.Memo()),
+            event_queue=asyncio.Queue(),
+        )
+
+        async def processor(*, raw_event: Any, **kwargs: Any) -> None:
+            await process(raw_event=raw_event, **kwargs)  # returns once kopf would handle
+            handled.append(raw_event["object"]["metadata"]["namespace"])
+
+        paused = aiotoggles.ToggleSet(any)
+        ensemble = orchestration.Ensemble(
+            operator_indexed=aiotoggles.ToggleSet(all),
+            operator_paused=paused,
+            peering_missing=await paused.make_toggle(),
+        )
+        spawn = functools.partial(
+            orchestration.spawn_missing_watchers,
+            processor=processor,
+            settings=settings,
+            indexed_resources={WORKERS},
+            watched_resources={WORKERS},
+            ensemble=ensemble,
+        )
+        stop = functools.partial(
+            orchestration.terminate_redundancies,
+            ensemble=ensemble,
+            remaining_resources={WORKERS},
+        )
+        await spawn(watched_namespaces={"going"})
+        await asyncio.sleep(0.05)
+        await stop(remaining_namespaces={None})  # "going" is gone, its listing not done
+        await spawn(watched_namespaces={"new"})
+        for _ in range(100):
+            if handled:
+                break
+            await asyncio.sleep(0.01)
+        await stop(remaining_namespaces=set())
+
+    with mock.patch.object(watching, "infinite_watch", stream):
+        asyncio.run(run())
+    return handled
+
+
+def test_a_watcher_stopped_before_it_listed_holds_no_handler_back() -> None:
+    """kopf held every handler back until each watcher had listed its kind, and only a
+    listing let go: a watcher stopped before (its namespace deleted while its listing was
+    answered 429) held back every watcher started after it, and nothing in a namespace
+    created later was handled until a restart (seen in CI)."""
+    original = queueing.watcher
+    try:
+        queueing.watcher = kopf_fixes._watcher  # type: ignore[assignment]
+        assert _handled_after_a_watcher_stopped_unlisted() == []  # kopf's own: stuck
+        kopf_fixes.apply()
+        kopf_fixes.apply()
+        assert queueing.watcher is kopf_fixes.watcher
+        assert _handled_after_a_watcher_stopped_unlisted() == ["new"]
+    finally:
+        queueing.watcher = original
