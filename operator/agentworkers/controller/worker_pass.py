@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import kopf
@@ -24,6 +24,8 @@ class Worker:
     status: WorkerStatus
     # Seconds until a clock of this run needs another pass, if one does.
     again_in: float | None = None
+    # Events of this pass's transitions (type, reason, message), posted once written.
+    announced: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -51,6 +53,12 @@ class Worker:
         )
         self.update(conditions=conditions)
 
+    def announce(self, type_: str, reason: str, message: str) -> None:
+        """An Event for a transition of this pass, posted once its status is written: a
+        pass whose write is refused (a 409) says nothing, and the pass that runs again
+        says what it finds then, once."""
+        self.announced.append((type_, reason, message))
+
     def again(self, seconds: float) -> None:
         """Another pass in `seconds` (the soonest of the clocks asking)."""
         self.again_in = seconds if self.again_in is None else min(self.again_in, seconds)
@@ -67,12 +75,20 @@ class Worker:
 
         Only on the version read: the runtime reports to the same status, and a stale
         write must not undo its report (a 409 makes the pass run again on fresh data).
+        Then the Events the pass announced.
         """
         before = self.body.get("status") or {}
         status = self.status.model_copy(update={"observed_generation": self.generation})
         new, old = comparable(status.wire()), comparable(before)
-        if new == old:
-            return
+        if new != old:
+            self._write(storage, status, new, old)
+        for event in self.announced:
+            storage.post_event(self.body, *event)
+        self.announced.clear()
+
+    def _write(
+        self, storage: Repository, status: WorkerStatus, new: dict[str, Any], old: dict[str, Any]
+    ) -> None:
         self.status = status.model_copy(update={"updated_at": now()})
         wire = self.status.wire()
         changed = {k: v for k, v in wire.items() if k == "updatedAt" or new.get(k) != old.get(k)}

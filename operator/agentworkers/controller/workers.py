@@ -170,7 +170,7 @@ def _idle_clock(
     worker.save(storage)
     storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
     log.info("%s", message, extra=_ref(worker))
-    storage.post_event(worker.body, "Normal", reasons.IDLE_TIMEOUT, message)
+    worker.announce("Normal", reasons.IDLE_TIMEOUT, message)
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:
@@ -228,7 +228,7 @@ def _ended(storage: Repository, worker: Worker) -> None:
         else:
             return
         worker.condition(reasons.READY, "False", reason, message)
-        storage.post_event(worker.body, type_, reason, message)
+        worker.announce(type_, reason, message)
     _ttl_clock(storage, worker)
 
 
@@ -254,7 +254,7 @@ def _ttl_clock(storage: Repository, worker: Worker) -> None:
         return
     message = f"finished {ttl} s ago (ttlSecondsAfterFinished): deleted"
     log.info("%s", message, extra=_ref(worker))
-    storage.post_event(worker.body, "Normal", reasons.TTL_EXPIRED, message)
+    worker.announce("Normal", reasons.TTL_EXPIRED, message)
     storage.delete_worker(worker.namespace, worker.name, worker.body["metadata"]["uid"])
 
 
@@ -286,7 +286,7 @@ def _stop(
     worker.condition(reasons.KILLED, "True", reasons.KILLED, message)
     worker.condition(reasons.READY, "False", reasons.KILLED, message)
     log.info("%s", message, extra=_ref(worker))
-    storage.post_event(worker.body, "Warning", event, message)
+    worker.announce("Warning", event, message)
 
 
 def _with_provider(storage: Repository, worker: Worker, config: AgentConfigSpec) -> AgentConfigSpec:
@@ -386,7 +386,7 @@ def _fail(storage: Repository, worker: Worker, error: Refusal) -> None:
     worker.update(phase="Failed", error=message, last_event=f"{error.reason}: {message}")
     worker.condition(reasons.READY, "False", error.reason, message)
     metrics.RUN_FAILURES.labels(reason=error.reason).inc()
-    storage.post_event(worker.body, "Warning", error.reason, message)
+    worker.announce("Warning", error.reason, message)
 
 
 def _fail_unparsed(storage: Repository, body: dict[str, Any], error: Refusal) -> None:

@@ -748,3 +748,34 @@ def test_a_config_names_its_model_source_once(model: dict[str, Any], message: st
 )
 def test_a_failed_pod_says_why(status: dict[str, Any], said: tuple[str | None, str]) -> None:
     assert failure({"status": {"phase": "Failed", **status}}) == said
+
+
+def test_a_failure_is_announced_once_though_its_first_status_write_is_refused() -> None:
+    """The runtime died (OOM); the pass that records it meets a 409 (the status changed
+    under it) and runs again: one Warning Event, posted by the pass whose write landed,
+    with the container's reason."""
+    memory = Memory()
+    planner(memory)
+    started(memory, "w", interactive=True)
+    terminated = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+    pod_phase(memory, "w", "Failed", containerStatuses=[{"name": "agent", "state": terminated}])
+    real = memory.patch_status
+    refused = []
+
+    def refuse_once(*args: Any, **kwargs: Any) -> Any:
+        if not refused:
+            refused.append(True)
+            raise ApiError("the object has been modified", 409)
+        return real(*args, **kwargs)
+
+    memory.patch_status = refuse_once  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        workers.reconcile(memory, "ns", "w")
+    assert memory.reasons("w") == []  # nothing said while nothing is recorded
+    reconcile(memory, "w")
+    reconcile(memory, "w")
+    status = memory.find("workers", "w")["status"]  # type: ignore[index]
+    assert status["phase"] == "Failed" and "OOMKilled" in status["error"]
+    assert [(t, r) for n, t, r, _ in memory.events if n == "w" and t == "Warning"] == [
+        ("Warning", "PodFailed")
+    ]
