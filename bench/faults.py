@@ -431,7 +431,19 @@ def _check_runtimes(
 ) -> None:
     v = r.violations
     api = Api(cluster.api)
-    events = api.list("events", namespace).get("items", [])
+
+    def warnings() -> list[dict[str, Any]]:
+        items = api.list("events", namespace).get("items", [])
+        return [e for e in items if e.get("type") == "Warning"]
+
+    # An Event follows its run's status write by a moment: wait for each (bounded), then count.
+    with contextlib.suppress(AssertionError):
+        wait_until(
+            "an Event for each failed run",
+            lambda: set(victims) <= {e["involvedObject"].get("name") for e in warnings()},
+            timeout=10,
+        )
+    events = warnings()
     errors: dict[str, str] = {}
     for name in names:
         status = _status(api, namespace, name)
@@ -450,7 +462,11 @@ def _check_runtimes(
             if e["involvedObject"].get("name") == name and e.get("type") == "Warning"
         ]  # fmt: skip
         if len(warned) != 1:
-            v["Events per failed run not 1"].append(f"{name}: {len(warned)}")
+            said = ", ".join(
+                f"{e['involvedObject'].get('kind')} {e.get('reason')} x{e.get('count') or 1}"
+                for e in warned
+            )
+            v["Events per failed run not 1"].append(f"{name}: {len(warned)} ({said})")
     client = Client(cluster.api, namespace)
     for name, error in errors.items():
         result = client.collect(name, timeout=10)
