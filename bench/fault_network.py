@@ -54,6 +54,7 @@ from bench.faults import (
     Report,
     _check,
     _converged,
+    _events,
     _items,
     _revisions,
     _spawn_while_faulting,
@@ -368,7 +369,7 @@ def _check_runs(
     r: Report,
 ) -> None:
     v = r.violations
-    events = api.list("events", namespace).get("items", [])
+    events = _events(api, namespace, victims, lambda e: e.get("reason") == "Killed")
     for name in talkers:
         status = _status(api, namespace, name)
         delivered = status.get("queriesDelivered", 0)

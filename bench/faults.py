@@ -356,6 +356,24 @@ def _items(api: Api, namespace: str, plural: str) -> list[dict[str, Any]]:
     return list(api.list(plural, namespace, labels=labels).get("items", []))
 
 
+def _events(
+    api: Api, namespace: str, names: list[str], match: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """The namespace's Events that `match`, once each of `names` has one (an Event follows
+    its run's status write by a moment), or after 10 s."""
+
+    def matching() -> list[dict[str, Any]]:
+        return [e for e in api.list("events", namespace).get("items", []) if match(e)]
+
+    with contextlib.suppress(AssertionError):  # a missing one is counted by the caller
+        wait_until(
+            "an Event for each run",
+            lambda: set(names) <= {e["involvedObject"].get("name") for e in matching()},
+            timeout=10,
+        )
+    return matching()
+
+
 def _status(api: Api, namespace: str, name: str) -> dict[str, Any]:
     return dict((api.get("workers", namespace, name) or {}).get("status") or {})
 
@@ -431,19 +449,7 @@ def _check_runtimes(
 ) -> None:
     v = r.violations
     api = Api(cluster.api)
-
-    def warnings() -> list[dict[str, Any]]:
-        items = api.list("events", namespace).get("items", [])
-        return [e for e in items if e.get("type") == "Warning"]
-
-    # An Event follows its run's status write by a moment: wait for each (bounded), then count.
-    with contextlib.suppress(AssertionError):
-        wait_until(
-            "an Event for each failed run",
-            lambda: set(victims) <= {e["involvedObject"].get("name") for e in warnings()},
-            timeout=10,
-        )
-    events = warnings()
+    events = _events(api, namespace, victims, lambda e: e.get("type") == "Warning")
     errors: dict[str, str] = {}
     for name in names:
         status = _status(api, namespace, name)
