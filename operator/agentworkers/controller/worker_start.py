@@ -125,8 +125,12 @@ def grant_access(storage: Repository, worker: Worker, config: AgentConfigSpec) -
     """The runtime's Role and RoleBinding, made after its pod: off the path to the pod (the
     runtime retries a refused first call), and done by the pass that records the pod (a
     pass that finds a pod its Worker does not record yet makes them again)."""
-    _, role, binding = _access(storage, worker, config)
-    if not storage.ensure_access([role, binding]):
+    _, *rbac = _access(storage, worker, config)
+    _grant_rbac(storage, worker, rbac)
+
+
+def _grant_rbac(storage: Repository, worker: Worker, rbac: list[dict[str, Any]]) -> None:
+    if not storage.ensure_access(rbac):
         grant(storage, worker.body)  # made by an earlier pass: its children may have changed
 
 
@@ -158,7 +162,7 @@ def start(
     effective = resolve(config, worker.spec, profile)
     if ancestor is not None and not worker.spec.profile:
         effective = _bounded(worker, config, ancestor, effective)
-    account, _, _ = _access(storage, worker, config)
+    account, *rbac = _access(storage, worker, config)
     storage.ensure_access([account])  # the API server admits no pod naming an absent account
     deadline = clocks.deadline(
         worker.spec.deadline_seconds or config.worker.deadline_seconds,
@@ -183,7 +187,7 @@ def start(
         created = storage.create_pod(pod, worker.body["metadata"]["uid"])
     except Conflict as e:
         raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
-    grant_access(storage, worker, config)
+    _grant_rbac(storage, worker, rbac)
     metrics.SPAWNS.inc()
     born = dt.datetime.fromisoformat(
         worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
