@@ -14,6 +14,9 @@ closed) are retried, as a client would. Once every Worker has converged, it coun
 invariant's violations (all expected 0):
 
 - a valid spawn refused (by a rule: not "try again" while the operator restarts);
+- an invalid spawn stored: one in ten spawns has a twin naming a profile its parent's
+  agent does not have, sent the same way; while no operator answers it fails closed, and
+  once one does it must be refused by its rule (UnknownProfile), never stored;
 - a Worker with no pod, or more than one, or a pod that is not its Worker's;
 - a Worker that did not reach the phase its inputs imply (started with its pod: Running,
   or Pending while kwok's two nodes are full);
@@ -93,12 +96,13 @@ from tests.e2e.support import (  # noqa: E402
 
 from agentworkers.api.names import BINDING_ANNOTATION, WORKER_LABEL  # noqa: E402
 from agentworkers.client import Client  # noqa: E402
-from agentworkers.errors import ApiError  # noqa: E402
+from agentworkers.errors import AgentWorkersError, ApiError  # noqa: E402
 from agentworkers.kube.api import Api  # noqa: E402
 from agentworkers.kube.watch import observe  # noqa: E402
 
 INVARIANTS = (
     "valid spawn refused",
+    "invalid spawn stored",
     "pods per Worker not 1",
     "pod not its Worker's",
     "Worker not converged",
@@ -106,6 +110,8 @@ INVARIANTS = (
     "binding rewritten",
     "revision cut twice",
 )
+# A profile key no agent of the workload has: a spawn naming it is invalid (UnknownProfile).
+UNKNOWN_PROFILE = "no-such-profile"
 RUNTIME_INVARIANTS = (
     "run hung after its runtime died",
     "failure without its reason",
@@ -281,25 +287,33 @@ def _spawn_while_faulting(
 
     def spawn(i: int) -> None:
         name = f"w{i:05d}"
-        body = (
-            _worker(name, parent=parents[i % len(parents)], profile="reviewer")
-            if i % 3 == 0
-            else _worker(name)
-        )
+        parent = parents[i % len(parents)]
+        body = _worker(name, parent=parent, profile="reviewer") if i % 3 == 0 else _worker(name)
+        if (cause := _create(body)) is None:
+            accepted.add(name)
+        else:
+            report.violations["valid spawn refused"].append(f"{name}: {cause}")
+        if i % 10 == 0:
+            invalid = _worker(f"x{i:05d}", parent=parent, profile=UNKNOWN_PROFILE)
+            if (cause := _create(invalid)) is None or cause.reason != "UnknownProfile":
+                said = f"refused as {cause.reason}: {cause}" if cause else "stored"
+                report.violations["invalid spawn stored"].append(f"x{i:05d}: {said}")
+
+    def _create(body: dict[str, Any]) -> AgentWorkersError | None:
+        """Create until the API server stores it (None) or a rule refuses it (the cause)."""
         deadline = time.monotonic() + seconds + 120
         while time.monotonic() < deadline:
             try:
                 api.create("workers", namespace, body)
             except ApiError as e:
-                if e.cause is not None:  # a rule refused it: the spawn is invalid, or lost
-                    report.violations["valid spawn refused"].append(f"{name}: {e.cause}")
-                    return
+                if e.cause is not None:  # a rule refused it
+                    return e.cause
                 if e.status != 409:  # 409: an earlier try went through after all
                     # No operator answers its webhook yet: writes fail closed; try again.
                     time.sleep(0.2)
                     continue
-            accepted.add(name)
-            return
+            return None
+        return None
 
     def crash() -> None:
         at = time.monotonic() - started
@@ -339,9 +353,14 @@ def _check(api: Api, namespace: str, expected: set[str], bindings: Bindings, r: 
         if owner not in workers or workers[owner]["metadata"]["uid"] not in uids:
             v["pod not its Worker's"].append(pod["metadata"]["name"])
     v["accepted spawn lost"] += sorted(expected - workers.keys())
+    v["invalid spawn stored"] += sorted(n for n, w in workers.items() if _invalid(w))
     v["binding rewritten"] += sorted(n for n, seen in bindings.seen.items() if len(seen) > 1)
     if (count := _revisions(api, namespace)) != 1:
         v["revision cut twice"].append(f"{count} revisions for one config")
+
+
+def _invalid(worker: dict[str, Any]) -> bool:
+    return bool((worker.get("spec") or {}).get("profile") == UNKNOWN_PROFILE)
 
 
 def _converged(worker: dict[str, Any]) -> bool:
