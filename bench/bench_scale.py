@@ -58,6 +58,9 @@ ADMISSION = re.compile(
     r"(?P<value>\S+)$"
 )
 OWN = re.compile(r"^agentworkers_api_requests_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+PASSES = re.compile(
+    r'^agentworkers_reconciles_total\{(?P<labels>[^}]*handler="worker"[^}]*)\} (?P<value>\S+)$'
+)
 REVIEWS = re.compile(
     r"^agentworkers_admission_review_seconds_bucket\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
 )
@@ -141,6 +144,11 @@ def own_reads(lines: list[str]) -> Counter[str]:
         if (match := OWN.match(line)) and (labels := _labels(match["labels"]))["verb"] in READS:
             counts[f"{labels['verb']} {labels['resource']}"] += int(float(match["value"]))
     return counts
+
+
+def passes(lines: list[str]) -> float:
+    """The operator's Worker reconcile passes so far (its agentworkers_reconciles_total)."""
+    return sum(float(m["value"]) for line in lines if (m := PASSES.match(line)))
 
 
 def admission_buckets(lines: list[str], webhook: str) -> dict[float, float]:
@@ -279,6 +287,7 @@ class Phase:
     rss: float = float("nan")
     peak_rss: float = float("nan")
     own_reads: Counter[str] = field(default_factory=Counter)
+    passes: float = float("nan")
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -332,7 +341,8 @@ class Bench:
         calls: list[float] = []
         before_m, before_cpu = metrics(self.cluster), self._cpu()
         before_r = self.answering.metrics().splitlines()
-        before_own = own_reads(self.controller.metrics().splitlines())
+        before_lines = self.controller.metrics().splitlines()
+        before_own, before_passes = own_reads(before_lines), passes(before_lines)
         start = time.monotonic()
 
         def create(name: str) -> None:
@@ -387,7 +397,8 @@ class Bench:
                 0.99,
             ),
             missing=count - len(latencies),
-            own_reads=own_reads(self.controller.metrics().splitlines()) - before_own,
+            own_reads=own_reads(after_lines := self.controller.metrics().splitlines()) - before_own,
+            passes=passes(after_lines) - before_passes,
             rss=rss_mib(self.pids["operator"]),
             peak_rss=rss_mib(self.pids["operator"], "VmHWM"),
             review_p99=bucket_quantile(
@@ -454,6 +465,8 @@ class Bench:
         print(
             f"   of the reads, the operator's own per object: {p.own_reads.total() / n:.2f} {own}"
         )
+        if p.label.startswith("worker"):
+            print(f"   reconcile passes per Worker: {p.passes / n:.2f}")
 
 
 @contextlib.contextmanager

@@ -19,6 +19,12 @@ HANDLER_ERRORS = Counter(
     "Handler failures that will be retried, by handler.",
     ["handler"],
 )
+RECONCILES = Counter(
+    "agentworkers_reconciles_total",
+    "Reconcile passes, by handler and result (success, requeue_after: a clock asked for "
+    "another, wait: waiting on something, error: retried after a backoff).",
+    ["handler", "result"],
+)
 RECONCILE_SECONDS = Histogram(
     "agentworkers_config_reconcile_seconds", "Time to reconcile one AgentConfig's revisions."
 )

@@ -115,19 +115,25 @@ class Requeue:
     def _pass(self, key: Key) -> None:
         namespace, name = key
         ref = {"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}}
+        result = "success"
         try:
             self._reconcile(namespace, name)
         except kopf.TemporaryError as e:
+            result = "requeue_after" if isinstance(e, Later) else "wait"
             self._after(key, e.delay or 5)
         except ApiError as e:
+            result = "error"
             metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
             log.warning("%s %s/%s: %s; retrying", self.kind, namespace, name, trouble(e), extra=ref)
             self._after(key, self._backoff(key))
         except Exception:
+            result = "error"
             metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
             log.exception("%s %s/%s: the pass failed", self.kind, namespace, name, extra=ref)
         else:
             self.forget(key)
+        finally:
+            metrics.RECONCILES.labels(handler=self._handler, result=result).inc()
 
     def _backoff(self, key: Key) -> float:
         with self._lock:
