@@ -515,3 +515,36 @@ def test_a_kill_reaches_the_whole_tree(
     collected = client.collect("root")
     assert (collected.phase, collected.error) == ("Killed", "over budget")
     assert collected.killed_children == ("child",)  # the grandchild is the child's
+
+
+def test_a_killed_tree_with_a_ttl_is_deleted_after_it(
+    cluster: Cluster, namespace: str, planner: dict[str, Any]
+) -> None:
+    # The operator writes these ends itself (the kill, the cascade below it): the pass
+    # after each, not a report of the runtime's, starts its TTL clock. The child is
+    # suspended, so it has no pod whose deletion would bring a pass either.
+    cluster.apply(namespace, _worker("doomed", initialMessage="plan", ttlSecondsAfterFinished=8))
+    _phase(cluster, namespace, "doomed", "Running")
+    cluster.apply(
+        namespace,
+        _worker(
+            "helper",
+            parent="doomed",
+            initialMessage="help",
+            suspend=True,
+            ttlSecondsAfterFinished=1,
+        ),
+    )
+    _phase(cluster, namespace, "helper", "Pending")
+    Client(cluster.api, namespace).kill("doomed", reason="done with it", by="alice")
+
+    def gone(name: str) -> bool:
+        found = cluster.kubectl("get", "worker", name, "-n", namespace, check=False)
+        return found.returncode != 0
+
+    # The child first, by its own clock (not the garbage collector's, after its parent).
+    wait_until("helper to be deleted after its TTL", lambda: gone("helper"), timeout=30)
+    assert not gone("doomed")
+    wait_until("doomed to be deleted after its TTL", lambda: gone("doomed"), timeout=60)
+    expired = sorted(e["involvedObject"]["name"] for e in _events(cluster, namespace, "TTLExpired"))
+    assert expired == ["doomed", "helper"]

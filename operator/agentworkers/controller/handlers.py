@@ -42,7 +42,9 @@ from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
 
 # Workers, pods and profiles have event handlers here, which forget deletions themselves.
-register_store(forgotten_elsewhere=("workers", "pods", "virtualagentprofiles"))
+register_store(
+    forgotten_elsewhere=("workers", "pods", "virtualagentprofiles"), judged=("workers", "pods")
+)
 
 
 def _if_mine(memo: kopf.Memo, reconcile: Callable[..., None]) -> Callable[[str, str], None]:
@@ -151,7 +153,11 @@ async def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: 
         if memo.shards.owns(meta["namespace"]):
             await asyncio.to_thread(workers.deleted, memo.storage, dict(body))
         return
-    memo.workers.attempt(meta["namespace"], meta["name"])
+    # An ended run's events all take a pass: the one after its end starts its clocks and
+    # stops the runs below it, though a pass wrote that end (a kill, a failure).
+    ended = (body.get("status") or {}).get("phase") in TERMINAL_PHASES
+    if _news("workers", type, meta, memo) or ended:
+        memo.workers.attempt(meta["namespace"], meta["name"])
 
 
 @kopf.on.event(*PODS, **POD_FILTER)
@@ -159,4 +165,13 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
     meta = body["metadata"]
     if type == "DELETED":
         memo.store.forget("pods", body)
+    elif not _news("pods", type, meta, memo):
+        return
     memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])
+
+
+def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:
+    """Whether an event asks for a pass: the listing's always do (a start, a watch
+    listed again); a change only if a pass has not seen it (`Store.news`)."""
+    news = memo.store.news(plural, meta["namespace"], meta["name"])
+    return type is None or news

@@ -82,7 +82,7 @@ def configure(
     api = Api(memo.api)
     memo.identity = api.whoami()
     logger.info("operating as %s", memo.identity)
-    memo.store = Store()
+    memo.store = Store(judged=frozenset(_JUDGED))
     memo.storage = Storage(api, memo.store)
     memo.synced = kopf_fixes.indexed
     for plural in TRIM:
@@ -103,10 +103,14 @@ def close(memo: kopf.Memo, **_: Any) -> None:
     memo.api.close()
 
 
+# The kinds whose event handlers ask the store whether an event is news (`Store.news`).
+_JUDGED: set[str] = set()
+
+
 def _indexer(plural: str) -> Any:
     # async: a few microseconds of work, done on the event loop rather than in a thread.
     async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        memo.store.wrote(plural, body)
+        memo.store.observed(plural, body)
 
     return index
 
@@ -119,10 +123,13 @@ def _forgetter(plural: str) -> Any:
     return forget
 
 
-def register_store(forgotten_elsewhere: Iterable[str] = ()) -> None:
+def register_store(forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str] = ()) -> None:
     """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
-    whose own event handlers forget deletions."""
+    whose own event handlers forget deletions; `judged`: plurals whose event handlers ask
+    whether an event is news (kopf runs a kind's index functions before its handlers, for
+    each event in turn)."""
     skip = set(forgotten_elsewhere)
+    _JUDGED.update(judged)
     for resource, extra in (
         (AGENT_CONFIGS, {}),
         (PROFILES, {}),

@@ -128,3 +128,49 @@ def test_a_caller_cannot_change_what_is_kept() -> None:
     assert kept is not None
     assert kept["metadata"]["annotations"]["agentworkers.io/binding"] == "{}"
     assert kept["status"]["phase"] == "Running"
+
+
+def test_an_event_is_news_unless_a_pass_has_seen_it_or_it_changes_nothing_kept() -> None:
+    store = Store(judged=frozenset({"workers"}))
+    store.observed("workers", worker("a", "5"))
+    assert store.news("workers", "ns", "a")  # first heard of
+    assert store.news("workers", "ns", "a")  # taken once: with none to judge, news
+    # A change to what the store does not keep (the runtime's events and output): no news.
+    store.observed("workers", worker("a", "6", output="more"))
+    assert not store.news("workers", "ns", "a")
+    # A pass writes (or reads past the store) version 7: its event is no news...
+    store.wrote("workers", worker("a", "7", phase="Idle"))
+    store.observed("workers", worker("a", "7", phase="Idle"))
+    assert not store.news("workers", "ns", "a")
+    # ... but what another writer did meanwhile is, even if the store has a later version.
+    store.wrote("workers", worker("a", "9", phase="Done"))
+    store.observed("workers", worker("a", "8", phase="Done", error="x"))
+    assert store.news("workers", "ns", "a")
+    store.observed("workers", worker("a", "9", phase="Done"))
+    assert not store.news("workers", "ns", "a")
+    store.observed("workers", worker("a", "10", phase="Failed"))
+    assert store.news("workers", "ns", "a")
+
+
+def test_every_version_a_pass_wrote_is_no_news_and_another_writer_s_between_is() -> None:
+    store = Store(judged=frozenset({"workers"}))
+    store.observed("workers", worker("a", "5"))
+    store.wrote("workers", worker("a", "6", phase="Idle"))  # one pass, two writes
+    store.wrote("workers", worker("a", "8", phase="Killed"))
+    for version, phase, news in (("6", "Idle", False), ("7", "Idle", True), ("8", "Killed", False)):
+        store.observed("workers", worker("a", version, phase=phase, error=version))
+        assert store.news("workers", "ns", "a") is news, version
+
+
+def test_only_judged_kinds_are_judged_and_forgetting_forgets_it_all() -> None:
+    store = Store(judged=frozenset({"workers"}))
+    config = {"metadata": {"name": "planner", "namespace": "ns", "resourceVersion": "1"}}
+    store.wrote("agentconfigs", config)
+    store.observed("agentconfigs", config)
+    assert store.news("agentconfigs", "ns", "planner")  # never judged: always news
+    store.observed("workers", worker("a", "5"))
+    store.wrote("workers", worker("a", "6", phase="Idle"))
+    store.forget("workers", worker("a", "6"))
+    assert store.get("workers", "ns", "a") is None
+    store.observed("workers", worker("a", "6", phase="Idle"))  # made again, same content
+    assert store.news("workers", "ns", "a")

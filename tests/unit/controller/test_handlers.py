@@ -1,0 +1,92 @@
+"""The Worker and pod event handlers: which events take a pass (the store judges news)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+
+from agentworkers.api.names import WORKER_LABEL
+from agentworkers.controller import handlers
+from agentworkers.controller.sharding import Everything
+from agentworkers.kube.store import Store
+
+
+class Queue:
+    """What a Requeue is asked for."""
+
+    def __init__(self) -> None:
+        self.attempts: list[tuple[str, str]] = []
+
+    def attempt(self, namespace: str, name: str) -> None:
+        self.attempts.append((namespace, name))
+
+    def drop(self, key: tuple[str, str]) -> None:
+        pass
+
+
+def _memo() -> kopf.Memo:
+    memo = kopf.Memo()
+    memo.store = Store(judged=frozenset({"workers", "pods"}))
+    memo.workers = Queue()
+    memo.shards = Everything()
+    return memo
+
+
+def _worker(version: str, phase: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "Worker",
+        "metadata": {"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": version},
+        "spec": {"agent": "planner"},
+        "status": {"phase": phase},
+    }
+
+
+def _event(memo: kopf.Memo, type_: str | None, body: dict[str, Any]) -> list[tuple[str, str]]:
+    """One watch event as kopf delivers it: the store's index function, then the handler."""
+    memo.workers.attempts.clear()
+    plural = "pods" if body["kind"] == "Pod" else "workers"
+    memo.store.observed(plural, body)
+    handler = handlers.pod_event if plural == "pods" else handlers.worker_event
+    asyncio.run(handler(type=type_, body=kopf.Body(body), memo=memo))
+    return list(memo.workers.attempts)
+
+
+def test_a_pass_s_own_write_takes_no_pass_unless_it_ended_the_run() -> None:
+    memo = _memo()
+    assert _event(memo, "ADDED", _worker("1", "Pending")) == [("ns", "w")]
+    memo.store.wrote("workers", _worker("2", "Running"))  # a pass's own write
+    assert _event(memo, "MODIFIED", _worker("2", "Running")) == []
+    assert _event(memo, "MODIFIED", _worker("3", "Idle")) == [("ns", "w")]  # the runtime's
+    # A pass that ended the run (a kill, a failure): the next starts its clocks.
+    memo.store.wrote("workers", _worker("4", "Killed"))
+    assert _event(memo, "MODIFIED", _worker("4", "Killed")) == [("ns", "w")]
+
+
+def test_a_listing_always_takes_a_pass() -> None:
+    memo = _memo()
+    _event(memo, "ADDED", _worker("1", "Pending"))
+    assert _event(memo, None, _worker("1", "Pending")) == [("ns", "w")]
+
+
+def test_a_pod_event_takes_a_pass_for_its_worker_when_it_is_news() -> None:
+    memo = _memo()
+
+    def pod(version: str, **status: Any) -> dict[str, Any]:
+        meta = {"name": "w", "namespace": "ns", "resourceVersion": version}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {**meta, "labels": {WORKER_LABEL: "w"}},
+            "spec": {"nodeName": status.pop("node", None)},
+            "status": status,
+        }
+
+    memo.store.wrote("pods", pod("1", phase="Pending"))  # the pass's own create
+    assert _event(memo, "ADDED", pod("1", phase="Pending")) == []
+    assert _event(memo, "MODIFIED", pod("2", phase="Pending", node="kwok-0")) == []  # scheduled
+    assert _event(memo, "MODIFIED", pod("3", phase="Running")) == [("ns", "w")]
+    assert _event(memo, "DELETED", pod("4", phase="Running")) == [("ns", "w")]
+    assert memo.store.get("pods", "ns", "w") is None
