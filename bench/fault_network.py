@@ -58,6 +58,7 @@ from bench.faults import (
     _items,
     _revisions,
     _spawn_while_faulting,
+    _spawned,
     _status,
     _worker,
 )
@@ -165,14 +166,14 @@ def network_faults(
             actions = _Actions(client, talkers, victims, seconds, sent, report)
             fault = _injector(cluster, proxy, kinds)
             accepted = _spawn_while_faulting(
-                api, spawn_ns, parents, (spawns, faults, seconds), fault, report
+                api, spawn_ns, parents, (spawns, faults, seconds), lambda _: fault(), report
             )
             actions.join()
             last_fault = time.monotonic()
             expected = {*parents, *accepted}
 
             def settled() -> bool:
-                workers = _items(api, spawn_ns, "workers")
+                workers = _spawned(api, spawn_ns)
                 spawned = all(_converged(w) for w in workers) and len(workers) >= len(expected)
                 return spawned and all(
                     _run_settled(_status(api, run_ns, n), n in victims, sent.get(n, 0))

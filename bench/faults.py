@@ -187,8 +187,8 @@ class Bindings:
 def operator_crashes(cluster: Cluster, spawns: int, kills: int, seconds: float) -> Report:
     """`spawns` Workers over `seconds`, with `kills` SIGKILLs of the operator meanwhile."""
 
-    def crash(operator: Operator) -> str:
-        operator.crash(cluster)
+    def crash(operator: Operator, while_down: Callable[[], None]) -> str:
+        operator.crash(cluster, while_down)
         return "SIGKILL"
 
     what = f"{kills} SIGKILLs of the operator"
@@ -201,7 +201,7 @@ def control_plane_restarts(cluster: Cluster, spawns: int, restarts: int, seconds
     their watches from where they were."""
     components = itertools.cycle(("apiserver", "etcd"))
 
-    def restart(_: Operator) -> str:
+    def restart(_: Operator, __: Callable[[], None]) -> str:
         component = next(components)
         subprocess.run(
             [sys.executable, str(REPO / "hack" / "localcluster.py"), "restart", component],
@@ -221,10 +221,11 @@ def _under_faults(
     scenario: str,
     what: str,
     plan: tuple[int, int, float],
-    fault: Callable[[Operator], str],
+    fault: Callable[[Operator, Callable[[], None]], str],
 ) -> Report:
     """The workload of the operator's scenarios: spawns at a steady pace, a third of them
-    profiled children of running parents, with `fault` injected `plan[1]` times."""
+    profiled children of running parents, with `fault` injected `plan[1]` times (it may
+    call its second argument while the operator is down: an invalid spawn sent then)."""
     spawns, _, seconds = plan
     api = Api(cluster.api)
     prefix = f"faults{uuid.uuid4().hex[:4]}"
@@ -253,13 +254,13 @@ def _under_faults(
         )
         bindings = Bindings(api, namespace)
         accepted = _spawn_while_faulting(
-            api, namespace, parents, plan, lambda: fault(operator), report
+            api, namespace, parents, plan, lambda while_down: fault(operator, while_down), report
         )
         last_fault = time.monotonic()
         expected = {*parents, *accepted}
 
         def converged() -> bool:
-            workers = _items(api, namespace, "workers")
+            workers = _spawned(api, namespace)
             return all(_converged(w) for w in workers) and len(workers) >= len(expected)
 
         with contextlib.suppress(AssertionError):  # what did not converge is counted below
@@ -276,11 +277,12 @@ def _spawn_while_faulting(
     namespace: str,
     parents: list[str],
     plan: tuple[int, int, float],
-    fault: Callable[[], str],
+    fault: Callable[[Callable[[], None]], str],
     report: Report,
 ) -> set[str]:
     """Spawn at a steady pace, injecting `fault` (it returns what it did) at random
-    moments; the names the API server accepted."""
+    moments; the names the API server accepted. A fault may call the function it is
+    given while the webhook is down: an invalid spawn is sent at that moment."""
     spawns, kills, seconds = plan
     accepted: set[str] = set()
     started = time.monotonic()
@@ -294,10 +296,13 @@ def _spawn_while_faulting(
         else:
             report.violations["valid spawn refused"].append(f"{name}: {cause}")
         if i % 10 == 0:
-            invalid = _worker(f"x{i:05d}", parent=parent, profile=UNKNOWN_PROFILE)
-            if (cause := _create(invalid)) is None or cause.reason != "UnknownProfile":
-                said = f"refused as {cause.reason}: {cause}" if cause else "stored"
-                report.violations["invalid spawn stored"].append(f"x{i:05d}: {said}")
+            spawn_invalid(f"x{i:05d}", parent)
+
+    def spawn_invalid(name: str, parent: str) -> None:
+        invalid = _worker(name, parent=parent, profile=UNKNOWN_PROFILE)
+        # Stored, it is counted once the workload has converged (`_check`).
+        if (cause := _create(invalid)) is not None and cause.reason != "UnknownProfile":
+            report.violations["invalid spawn stored"].append(f"{name}: refused as {cause}")
 
     def _create(body: dict[str, Any]) -> AgentWorkersError | None:
         """Create until the API server stores it (None) or a rule refuses it (the cause)."""
@@ -317,7 +322,12 @@ def _spawn_while_faulting(
 
     def crash() -> None:
         at = time.monotonic() - started
-        report.faults.append(f"{fault()} at {at:.1f} s")
+        name = f"x-down-{len(report.faults):03d}"
+
+        def while_down() -> None:
+            futures.append(pool.submit(spawn_invalid, name, parents[0]))
+
+        report.faults.append(f"{fault(while_down)} at {at:.1f} s")
 
     moments = sorted(random.uniform(0, seconds) for _ in range(kills))
     with ThreadPoolExecutor(16) as pool:
@@ -338,10 +348,14 @@ def _spawn_while_faulting(
 
 
 def _check(api: Api, namespace: str, expected: set[str], bindings: Bindings, r: Report) -> None:
-    workers = {w["metadata"]["name"]: w for w in _items(api, namespace, "workers")}
+    everything = _items(api, namespace, "workers")
+    workers = {w["metadata"]["name"]: w for w in everything if not _invalid(w)}
     pods = _items(api, namespace, "pods")
     per_worker = Counter(p["metadata"]["labels"].get(WORKER_LABEL) for p in pods)
     v = r.violations
+    v["invalid spawn stored"] += sorted(
+        f"{w['metadata']['name']}: stored" for w in everything if _invalid(w)
+    )
     for name, body in workers.items():
         if per_worker[name] != 1:
             v["pods per Worker not 1"].append(f"{name}: {per_worker[name]}")
@@ -353,10 +367,14 @@ def _check(api: Api, namespace: str, expected: set[str], bindings: Bindings, r: 
         if owner not in workers or workers[owner]["metadata"]["uid"] not in uids:
             v["pod not its Worker's"].append(pod["metadata"]["name"])
     v["accepted spawn lost"] += sorted(expected - workers.keys())
-    v["invalid spawn stored"] += sorted(n for n, w in workers.items() if _invalid(w))
     v["binding rewritten"] += sorted(n for n, seen in bindings.seen.items() if len(seen) > 1)
     if (count := _revisions(api, namespace)) != 1:
         v["revision cut twice"].append(f"{count} revisions for one config")
+
+
+def _spawned(api: Api, namespace: str) -> list[dict[str, Any]]:
+    """The namespace's Workers but invalid ones (those count as `invalid spawn stored`)."""
+    return [w for w in _items(api, namespace, "workers") if not _invalid(w)]
 
 
 def _invalid(worker: dict[str, Any]) -> bool:

@@ -205,10 +205,13 @@ class Operator:
         with log.open("ab") as out:
             return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
-    def crash(self, cluster: Cluster) -> None:
-        """SIGKILL (no graceful stop: a crash at whatever line it was), then start again."""
+    def crash(self, cluster: Cluster, while_down: Callable[[], None] | None = None) -> None:
+        """SIGKILL (no graceful stop: a crash at whatever line it was), then start again;
+        `while_down` is called in between."""
         self.process.kill()
         self.process.wait()
+        if while_down is not None:
+            while_down()
         self.process = self._spawn(self.args, self.env, self.log)
         self.wait_ready(cluster)
 
