@@ -92,6 +92,9 @@ def _check_id(path: str) -> str:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connections
+    # A response goes out as two writes (headers, then body): with Nagle's algorithm the
+    # second waits for the API server to acknowledge the first, which it may delay.
+    disable_nagle_algorithm = True
     server: _Server
 
     def do_POST(self) -> None:
