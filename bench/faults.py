@@ -486,7 +486,13 @@ def _check_runtimes(
 ) -> None:
     v = r.violations
     api = Api(cluster.api)
-    events = _events(api, namespace, victims, lambda e: e.get("type") == "Warning")
+    # The run's own Events: its pod's (the scheduler's FailedScheduling, say) are not its.
+    events = _events(
+        api,
+        namespace,
+        victims,
+        lambda e: e.get("type") == "Warning" and e["involvedObject"].get("kind") == "Worker",
+    )
     errors: dict[str, str] = {}
     for name in names:
         status = _status(api, namespace, name)
