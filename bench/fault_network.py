@@ -187,6 +187,7 @@ def network_faults(
             witness.stop()
             _check(api, spawn_ns, expected, bindings, report)
             _check_runs(api, run_ns, talkers, victims, sent, pods, logs, report)
+            report.keep_logs(Path(tmp))
             print(
                 f"   (proxy: {proxy.counts.accepted} connections, {proxy.counts.dropped} "
                 f"dropped, {proxy.counts.forgotten} left silent; a watch through it listed "

@@ -65,6 +65,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -130,6 +131,8 @@ class Report:
     faults: list[str] = field(default_factory=list)
     converged_seconds: float = float("nan")
     violations: dict[str, list[str]] = field(default_factory=dict)
+    # Where the scenario's logs (the operator's, the runtimes') were kept, when not clean.
+    logs: Path | None = None
 
     def __post_init__(self) -> None:
         self.violations = {name: [] for name in self.invariants}
@@ -141,6 +144,17 @@ class Report:
         for name, found in self.violations.items():
             example = f"  e.g. {found[0]}" if found else ""
             print(f"   {name:28s} {len(found)}{example}")
+        if self.logs is not None:
+            print(f"   logs kept in {self.logs}")
+
+    def keep_logs(self, directory: Path) -> None:
+        """Not clean: a copy of the scenario's logs (its temporary directory) under
+        .faults/, for the next look at what happened."""
+        if self.clean:
+            return
+        slug = self.scenario.replace(" ", "-")
+        self.logs = REPO / ".faults" / f"{slug}-{time.strftime('%Y%m%d-%H%M%S')}"
+        shutil.copytree(directory, self.logs, ignore=shutil.ignore_patterns("*.sock"))
 
     @property
     def clean(self) -> bool:
@@ -268,6 +282,7 @@ def _under_faults(
         report.converged_seconds = time.monotonic() - last_fault
         bindings.stop()
         _check(api, namespace, expected, bindings, report)
+        report.keep_logs(Path(tmp))
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
     return report
 
@@ -472,6 +487,7 @@ def runtimes_killed(cluster: Cluster, runs: int, kills: int, deletes: int) -> Re
             wait_until("every victim to fail", ended, timeout=60)
         report.converged_seconds = time.monotonic() - last_fault
         _check_runtimes(cluster, namespace, names, victims, pods, report)
+        report.keep_logs(Path(tmp))
     cluster.kubectl("delete", "namespace", namespace, "--wait=false")
     return report
 
