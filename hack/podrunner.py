@@ -32,7 +32,11 @@ container as a local process, the way a kubelet would run it:
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
 code, as a kubelet would report it; a pod whose restartPolicy is Always (a Deployment's)
 has its process started again instead. When the pod is deleted, the process gets
-SIGTERM (then SIGKILL). Only the `agentworkers` command runs: anything else is refused.
+SIGTERM (then SIGKILL), and the pod object stays until the process has stopped, as a
+kubelet keeps a terminating pod (kwok deletes a pod as soon as it is asked to; the runner
+holds each pod it runs with a finalizer of its own, let go once the process is gone): a
+Deployment's next pod (Recreate), or a pod given the same IP, comes only after it. Only
+the `agentworkers` command runs: anything else is refused.
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ from localcluster import local_pod_cidr
 ENTRYPOINT = ["agentworkers"]
 # Seconds before a container that exited is started again (restartPolicy Always).
 RESTART_DELAY = 1.0
+# Holds a pod the runner runs until its process has stopped (see the module's docstring).
+FINALIZER = "agentworkers.io/pod-runner"
+STRATEGIC = "application/strategic-merge-patch+json"
 log = logging.getLogger("podrunner")
 
 
@@ -92,6 +99,7 @@ class PodRunner:
         self.logs = logs
         self.runs: dict[tuple[str, str], Run] = {}
         self.stopped: set[tuple[str, str]] = set()  # pods gone: their processes stay stopped
+        self.held: set[tuple[str, str]] = set()  # pods with the runner's finalizer
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -141,6 +149,8 @@ class PodRunner:
             log.warning("%s/%s: its pod IP is not this machine's: unreachable", namespace, name)
         if before is not None:
             sandbox, home = before.sandbox, before.home
+        elif not self.hold(pod):
+            return  # gone meanwhile
         else:
             sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
             home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
@@ -362,26 +372,54 @@ class PodRunner:
             self.core.patch_namespaced_pod_status(name, namespace, {"status": status})
         log.info("%s/%s: exited %d -> %s", namespace, name, code, phase)
 
+    def hold(self, pod: kubernetes.client.V1Pod) -> bool:
+        """The runner's finalizer on `pod`; False if the pod is gone."""
+        key = key_of(pod)
+        try:
+            self.core.patch_namespaced_pod(
+                key[1], key[0], {"metadata": {"finalizers": [FINALIZER]}}, _content_type=STRATEGIC
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        with self.lock:
+            self.held.add(key)
+        return True
+
+    def release(self, key: tuple[str, str]) -> None:
+        """Let the pod go: its process has stopped (or never ran)."""
+        with self.lock:
+            if key not in self.held:
+                return
+            self.held.discard(key)
+        patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
+        with contextlib.suppress(ApiException):  # gone already
+            self.core.patch_namespaced_pod(key[1], key[0], patch, _content_type=STRATEGIC)
+
     def stop(self, key: tuple[str, str]) -> None:
         with self.lock:
             run = self.runs.get(key)
-        if run is None or run.process.poll() is not None:
-            return
-        with self.lock:
-            self.stopped.add(key)
-        log.info("%s/%s: pod deleted, stopping the process", *key)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.process.pid, signal.SIGTERM)
-        try:
-            run.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if run is not None and run.process.poll() is None:
+            with self.lock:
+                self.stopped.add(key)
+            log.info("%s/%s: pod deleted, stopping the process", *key)
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.process.pid, signal.SIGKILL)
+                os.killpg(run.process.pid, signal.SIGTERM)
+            try:
+                run.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.process.pid, signal.SIGKILL)
+                run.process.wait()
+        self.release(key)
 
     def shutdown(self) -> None:
         self.stopping.set()
         for key in list(self.runs):
             self.stop(key)
+        for key in list(self.held):  # pods whose process ended on its own
+            self.release(key)
 
 
 _write_lock = threading.Lock()
