@@ -39,7 +39,6 @@ PODS = ("", "v1", "pods")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
 # replica's last (kopf's default, 60, is past a failover a platform team waits out).
 PEERING_LIFETIME = 15
-CONNECT_TIMEOUT = 10  # seconds, to the API server (loopback or the cluster's own network)
 # Only the pods of Workers: the operator never reads any other.
 POD_FILTER: dict[str, Any] = {"labels": {WORKER_LABEL: kopf.PRESENT}}
 
@@ -62,8 +61,8 @@ def configure(
     # up on: a request after request_timeout, a watch after kopf's inactivity_timeout (70 s,
     # past the API server's bookmarks) or, at the latest, past the server's own end.
     settings.networking.request_timeout = options.request_timeout
-    settings.networking.connect_timeout = CONNECT_TIMEOUT
-    settings.watching.connect_timeout = CONNECT_TIMEOUT
+    settings.networking.connect_timeout = kube.CONNECT_TIMEOUT
+    settings.watching.connect_timeout = kube.CONNECT_TIMEOUT
     settings.watching.client_timeout = options.watch_timeout + 30
     # The API server filters the pods: the others in a served namespace (a team's own
     # Deployments, Jobs) never reach the operator, which would only decode and drop them.

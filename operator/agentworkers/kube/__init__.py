@@ -8,6 +8,7 @@ write; `events` posts Events, each once.
 
 from agentworkers.kube.api import Api
 from agentworkers.kube.connection import (
+    CONNECT_TIMEOUT,
     REQUEST_TIMEOUT,
     SERVICE_ACCOUNT_NAMESPACE,
     ApiClient,
@@ -16,6 +17,7 @@ from agentworkers.kube.connection import (
 )
 
 __all__ = [
+    "CONNECT_TIMEOUT",
     "REQUEST_TIMEOUT",
     "SERVICE_ACCOUNT_NAMESPACE",
     "Api",

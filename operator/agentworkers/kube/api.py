@@ -207,7 +207,7 @@ class Api:
         if fields:
             query.append(("fieldSelector", fields))
         bound = seconds + 30
-        timeout = (bound, min(bound, silence or bound))  # (connect, each read)
+        timeout = min(bound, silence or bound)  # each read; connecting has its own bound
         response = self._send("GET", path(plural, namespace), None, query, JSON, timeout)
         pending = b""
         try:
@@ -228,7 +228,7 @@ class Api:
             # What lost this connection lost the idle ones pooled beside it as well: a
             # request sent on one would wait out its whole timeout. New ones, then.
             self.client.rest_client.pool_manager.clear()
-            raise SilentWatch(f"the watch went silent (nothing for {timeout[1]:.0f} s)") from e
+            raise SilentWatch(f"the watch went silent (nothing for {timeout:.0f} s)") from e
         except urllib3.exceptions.HTTPError as e:
             raise ApiError(f"the watch broke: {e}") from e
         finally:

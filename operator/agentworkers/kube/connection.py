@@ -21,13 +21,17 @@ from agentworkers.errors import ConfigError
 # Seconds any one call may take unless it sets its own (a watch does); an admission
 # webhook on the way may take up to 30 by itself.
 REQUEST_TIMEOUT = 60.0
+# Seconds to connect and finish the TLS handshake, whatever a call's own bound: a
+# connection that a partition took answers no handshake, and a watch of minutes would
+# otherwise wait its whole length before trying another (client-go gives a handshake 10).
+CONNECT_TIMEOUT = 10.0
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class ApiClient(kubernetes.client.ApiClient):
-    """The official client; an attempt that hangs gives up after `timeout` seconds (and a
-    read is attempted at most four times), so a call cannot hold a handler thread, or a
-    user's terminal, forever."""
+    """The official client; an attempt that hangs gives up after `timeout` seconds, or
+    `CONNECT_TIMEOUT` when it cannot connect (and a read is attempted at most four times),
+    so a call cannot hold a handler thread, or a user's terminal, forever."""
 
     def __init__(
         self, configuration: kubernetes.client.Configuration, timeout: float = REQUEST_TIMEOUT
@@ -44,9 +48,10 @@ class ApiClient(kubernetes.client.ApiClient):
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> Any:
-        return super().call_api(
-            method, url, header_params, body, post_params, _request_timeout or self.timeout
-        )
+        timeout = _request_timeout or self.timeout
+        if not isinstance(timeout, tuple):
+            timeout = (min(CONNECT_TIMEOUT, timeout), timeout)
+        return super().call_api(method, url, header_params, body, post_params, timeout)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ it saw, without listing again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +17,8 @@ from urllib.parse import parse_qs, urlparse
 import kubernetes
 import pytest
 
-from agentworkers.kube import watch
+from agentworkers.errors import ApiError
+from agentworkers.kube import connection, watch
 from agentworkers.kube.api import Api, SilentWatch
 
 
@@ -108,3 +111,48 @@ def test_observe_resumes_a_silent_watch_from_the_last_version_it_saw(
     watches = [q["resourceVersion"][0] for q in server.requests if "watch" in q]
     lists = [q for q in server.requests if "watch" not in q]
     assert watches == ["1", "2"] and len(lists) == 1  # resumed, not listed again
+
+
+@pytest.fixture
+def mute() -> Iterator[int]:
+    """A port that accepts connections and never says a word: to a new client, a
+    connection a partition took (hack/faultproxy.py's `silent`) looks like this."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(listener.getsockname()[1])
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_watch_opened_on_a_connection_that_never_answers_gives_up_soon(
+    mute: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A watch of 300 s once trusted its TLS handshake for 330 s: a runtime that opened its
+    # watch into a partition heard nothing of its queries for that long.
+    monkeypatch.setattr(connection, "CONNECT_TIMEOUT", 0.5)
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"https://127.0.0.1:{mute}"
+    configuration.verify_ssl = False
+    configuration.retries = 0
+    client = Api(connection.ApiClient(configuration))
+    for attempt in (
+        lambda: next(client.watch("workers", "ns", "1", 300, silence=75)),
+        lambda: client.list("workers", "ns"),
+    ):
+        started = time.monotonic()
+        with pytest.raises(ApiError):
+            attempt()
+        assert time.monotonic() - started < 5
