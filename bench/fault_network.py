@@ -190,9 +190,9 @@ def network_faults(
             report.keep_logs(Path(tmp))
             print(
                 f"   (proxy: {proxy.counts.accepted} connections, {proxy.counts.dropped} "
-                f"dropped, {proxy.counts.forgotten} left silent; a watch through it listed "
-                f"again after 410 Gone {witness.relists} times and was reopened "
-                f"{witness.reopened} times)"
+                f"dropped, {proxy.counts.forgotten} left silent; a watch through it was "
+                f"broken {witness.broken} times, listed again after 410 Gone "
+                f"{witness.relists} times and reopened {witness.reopened} times)"
             )
     for namespace in (spawn_ns, run_ns):
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
@@ -314,10 +314,11 @@ class _Actions:
 
 class Witness:
     """A watch of the runs through the proxy, as a runtime's (`observe`): how often it
-    listed again (after a 410 Gone) and was reopened (a silent watch, or its end)."""
+    listed again after a 410 Gone, was reopened (a silent watch, or its end) and was
+    broken (a reset: the watch is started again, with a listing)."""
 
     def __init__(self, api: Api, namespace: str) -> None:
-        self.relists = self.reopened = 0
+        self.relists = self.reopened = self.broken = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(api, namespace), daemon=True)
         self._thread.start()
@@ -335,7 +336,8 @@ class Witness:
                     elif kind == "IDLE":
                         self.reopened += 1
             except ApiError:
-                listed = False  # broken: the next listing is not a 410's
+                self.broken += 1
+                listed = False  # the next listing is not a 410's
                 time.sleep(1)
 
     def stop(self) -> None:
