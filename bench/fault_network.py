@@ -188,11 +188,11 @@ def network_faults(
             _check(api, spawn_ns, expected, bindings, report)
             _check_runs(api, run_ns, talkers, victims, sent, pods, logs, report)
             report.keep_logs(Path(tmp))
-            print(
-                f"   (proxy: {proxy.counts.accepted} connections, {proxy.counts.dropped} "
+            report.notes.append(
+                f"proxy: {proxy.counts.accepted} connections, {proxy.counts.dropped} "
                 f"dropped, {proxy.counts.forgotten} left silent; a watch through it was "
                 f"broken {witness.broken} times, listed again after 410 Gone "
-                f"{witness.relists} times and reopened {witness.reopened} times)"
+                f"{witness.relists} times and reopened {witness.reopened} times"
             )
     for namespace in (spawn_ns, run_ns):
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")

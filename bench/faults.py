@@ -133,6 +133,8 @@ class Report:
     violations: dict[str, list[str]] = field(default_factory=dict)
     # Where the scenario's logs (the operator's, the runtimes') were kept, when not clean.
     logs: Path | None = None
+    # What else the scenario saw, a line each, shown after its counts.
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.violations = {name: [] for name in self.invariants}
@@ -144,6 +146,8 @@ class Report:
         for name, found in self.violations.items():
             example = f"  e.g. {found[0]}" if found else ""
             print(f"   {name:28s} {len(found)}{example}")
+        for note in self.notes:
+            print(f"   ({note})")
         if self.logs is not None:
             print(f"   logs kept in {self.logs}")
 
