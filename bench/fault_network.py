@@ -23,9 +23,11 @@ turn:
 - gone: the API server restarted behind a blackhole: every watch resumes from a version
   older than the new server's watch cache and is answered 410 Gone, so it lists again.
 
-Invariants: those of the operator's scenarios, and for the runs: each query delivered
-once (`status.queriesDelivered`, and one answer each in the runtime's log), each kill
-done once (Killed, one Event), no run disturbed (every other stays Idle).
+Each queried run gets one more query once the faults are over, so a watch that a fault
+left silent is noticed or counted. Invariants: those of the operator's scenarios, and for
+the runs: each query delivered once (`status.queriesDelivered`, and one answer each in
+the runtime's log), each kill done once (Killed, one Event), no run disturbed (every
+other stays Idle).
 """
 
 from __future__ import annotations
@@ -170,6 +172,7 @@ def network_faults(
             )
             actions.join()
             last_fault = time.monotonic()
+            actions.last_round()
             expected = {*parents, *accepted}
 
             def settled() -> bool:
@@ -282,7 +285,7 @@ class _Actions:
         plan = [(random.uniform(0, seconds), "kill", v) for v in victims]
         plan += [(random.uniform(0, seconds), "query", t) for t in talkers for _ in range(3)]
         self.plan = sorted(plan)
-        self.client, self.sent, self.report = client, sent, report
+        self.client, self.sent, self.report, self.talkers = client, sent, report, talkers
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -290,26 +293,35 @@ class _Actions:
         started = time.monotonic()
         for at, what, name in self.plan:
             time.sleep(max(0.0, started + at - time.monotonic()))
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # the API server may be restarting
-                try:
-                    if what == "kill":
-                        self.client.kill(name, reason="network faults")
-                    else:
-                        self.client.query(name, f"question {self.sent[name] + 1}")
-                        self.sent[name] += 1
-                    break
-                except ApiError as e:
-                    if e.status is not None and e.status < 500 and e.status != 429:
-                        self.report.violations["run disturbed"].append(f"{name}: {what}: {e}")
-                        break
-                    time.sleep(0.5)
-                except AgentWorkersError as e:  # refused: the run ended meanwhile
+            self._act(what, name)
+
+    def _act(self, what: str, name: str) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the API server may be restarting
+            try:
+                if what == "kill":
+                    self.client.kill(name, reason="network faults")
+                else:
+                    self.client.query(name, f"question {self.sent[name] + 1}")
+                    self.sent[name] += 1
+                return
+            except ApiError as e:
+                if e.status is not None and e.status < 500 and e.status != 429:
                     self.report.violations["run disturbed"].append(f"{name}: {what}: {e}")
-                    break
+                    return
+                time.sleep(0.5)
+            except AgentWorkersError as e:  # refused: the run ended meanwhile
+                self.report.violations["run disturbed"].append(f"{name}: {what}: {e}")
+                return
 
     def join(self) -> None:
         self.thread.join()
+
+    def last_round(self) -> None:
+        """One more query to each talker once the faults are over: a runtime whose watch
+        a fault left dead without a word must notice by itself to hear it."""
+        for name in self.talkers:
+            self._act("query", name)
 
 
 class Witness:
