@@ -56,6 +56,9 @@ from tests.e2e.support import (  # noqa: E402
 
 KEPT_UP = 5.0  # seconds: a rate is kept up when every pod appears within this
 PROBE_INTERVAL = 0.05  # seconds between the admission probe's reviews
+# Seconds the probe runs alone, the operator otherwise idle, to price its reviews: the
+# operator's CPU per Worker is shown less them too (the probe is an observer).
+PROBE_CALIBRATION = 10.0
 # hack/localcluster.py's state: the control plane this run uses (its own directory, if set).
 STATE = Path(os.environ.get("AGENTWORKERS_CLUSTER_DIR", REPO / ".cluster")) / "state.json"
 REQUESTS = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
@@ -399,6 +402,8 @@ class Bench:
     controller: Operator  # the one that reconciles (the same process unless --split)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(48))
     failures: list[str] = field(default_factory=list)
+    # The answering process's CPU seconds per probe review (`price_probe`).
+    probe_cpu: float = 0.0
 
     def namespace(self, label: str) -> str:
         name = f"{self.prefix}-{label}"
@@ -413,6 +418,22 @@ class Bench:
             ),
         )
         return name
+
+    def price_probe(self) -> None:
+        """The probe alone for PROBE_CALIBRATION seconds: its reviews' CPU in the process
+        that answers them."""
+        label = "probe"
+        namespace = self.namespace(label)
+        self.cluster.apply(namespace, CONFIG)
+        first_revision(self.cluster, namespace)
+        process = "admission" if "admission" in self.pids else "operator"
+        before = cpu_seconds(self.pids[process])
+        with AdmissionProbe(self.cluster, self.webhook, namespace) as probe:
+            time.sleep(PROBE_CALIBRATION)
+        reviews = len(probe.latencies) + probe.errors
+        self.probe_cpu = (cpu_seconds(self.pids[process]) - before) / max(1, reviews)
+        print(f"== the admission probe alone: {self.probe_cpu * 1000:.2f} ms CPU per review")
+        self.drop(label)
 
     def run(
         self, label: str, make: Callable[[str], dict[str, Any]], path: str, count: int, rate: float
@@ -544,9 +565,19 @@ class Bench:
         )
         for note in p.notes:
             print(f"   {note}")
+        probed = (len(p.probe) + p.probe_errors) * self.probe_cpu
+        answering = "admission" if "admission" in self.pids else "operator"
         print(
             "   CPU ms per object: "
-            + ", ".join(f"{k} {v * 1000 / n:.1f}" for k, v in sorted(p.cpu.items()))
+            + ", ".join(
+                f"{k} {v * 1000 / n:.1f}"
+                + (
+                    f" ({(v - probed) * 1000 / n:.1f} less the probe's)"
+                    if probed and k == answering
+                    else ""
+                )
+                for k, v in sorted(p.cpu.items())
+            )
         )
         reads = {k: v for k, v in p.requests.items() if k[0] in READS}
         writes = {k: v for k, v in p.requests.items() if k[0] in WRITES and k[1] not in HEARTBEATS}
@@ -697,6 +728,8 @@ def main() -> int:
             pids = {"operator": operator.process.pid}
             answering = controller = operator
         bench = Bench(cluster, watch, pids, prefix, webhook, answering, controller)
+        if not args.no_workers:
+            bench.price_probe()
         results += side_by_side(bench, rates, args)
         if args.burst and not args.no_workers:
             burst = bench.run("worker-burst", worker, WORKERS, args.burst, 0)
