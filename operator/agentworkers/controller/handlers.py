@@ -26,7 +26,7 @@ import kopf
 
 from agentworkers.api.names import WORKER_LABEL
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, lineage, metrics, workers
+from agentworkers.controller import configs, kopf_fixes, lineage, metrics, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
@@ -37,6 +37,7 @@ from agentworkers.controller.startup import (
     PROFILES,
     WORKERS,
     register_store,
+    store_indexer,
 )
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
@@ -168,6 +169,11 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
     elif not _news("pods", type, meta, memo):
         return
     memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])
+
+
+# Their events only feed the store and queue a pass: kopf's per-event machinery is skipped.
+kopf_fixes.lean(WORKERS, index=store_indexer("workers"), event=worker_event)
+kopf_fixes.lean(PODS, index=store_indexer("pods"), event=pod_event)
 
 
 def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:

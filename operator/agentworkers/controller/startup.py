@@ -106,7 +106,9 @@ def close(memo: kopf.Memo, **_: Any) -> None:
 _JUDGED: set[str] = set()
 
 
-def _indexer(plural: str) -> Any:
+def store_indexer(plural: str) -> Any:
+    """The index function feeding `plural`'s objects to the store."""
+
     # async: a few microseconds of work, done on the event loop rather than in a thread.
     async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         memo.store.observed(plural, body)
@@ -138,6 +140,6 @@ def register_store(forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str
         (PODS, POD_FILTER),
     ):
         plural = resource[2]
-        kopf.index(*resource, id=f"store_{plural}", **extra)(_indexer(plural))
+        kopf.index(*resource, id=f"store_{plural}", **extra)(store_indexer(plural))
         if plural not in skip:
             kopf.on.event(*resource, id=f"forget_{plural}", **extra)(_forgetter(plural))

@@ -224,3 +224,85 @@ def test_a_watcher_stopped_before_it_listed_holds_no_handler_back() -> None:
         assert _handled_after_a_watcher_stopped_unlisted() == ["new"]
     finally:
         queueing.watcher = original
+
+
+def test_a_lean_kind_s_events_go_to_its_two_handlers_in_kopf_s_order() -> None:
+    """kopf's own orchestration, with a lean kind: each listed object indexed before any
+    handler runs (kopf's readiness), a deletion given to the event handler alone, a
+    handler's error logged without ending the stream, and none of kopf's per-object
+    memory made."""
+    calls: list[tuple[str, ...]] = []
+
+    async def index(*, body: dict[str, Any], **_: Any) -> None:
+        calls.append(("index", body["metadata"]["name"]))
+
+    async def event(*, type: str | None, body: dict[str, Any], **_: Any) -> None:
+        calls.append(("event", str(type), body["metadata"]["name"]))
+        if body["metadata"]["name"] == "bad":
+            raise RuntimeError("a handler's bug")
+
+    def worker(name: str, type_: str | None) -> dict[str, Any]:
+        meta = {"uid": f"uid-{name}", "name": name, "namespace": "ns"}
+        return {"type": type_, "object": {"kind": "Worker", "metadata": meta}}
+
+    async def stream(**_: Any) -> AsyncIterator[Any]:
+        yield worker("a", None)
+        yield worker("b", None)
+        yield watching.Bookmark.LISTED
+        yield worker("bad", "ADDED")
+        yield worker("a", "DELETED")
+        yield worker("c", "ADDED")
+        await asyncio.Event().wait()
+
+    memories = inventory.ResourceMemories()
+
+    async def run() -> None:
+        settings = configuration.OperatorSettings()
+        settings.queueing.exit_timeout = 0.1
+        processor = functools.partial(
+            processing.process_resource_event,
+            lifecycle=lifecycles.all_at_once,
+            registry=registries.OperatorRegistry(),
+            settings=settings,
+            indexers=indexing.OperatorIndexers(),
+            memories=memories,
+            memobase=ephemera.AnyMemo(ephemera.Memo()),
+            event_queue=asyncio.Queue(),
+        )
+        paused = aiotoggles.ToggleSet(any)
+        ensemble = orchestration.Ensemble(
+            operator_indexed=aiotoggles.ToggleSet(all),
+            operator_paused=paused,
+            peering_missing=await paused.make_toggle(),
+        )
+        await orchestration.spawn_missing_watchers(
+            processor=processor,
+            settings=settings,
+            indexed_resources={WORKERS},
+            watched_resources={WORKERS},
+            watched_namespaces={"ns"},
+            ensemble=ensemble,
+        )
+        for _ in range(100):
+            if ("event", "ADDED", "c") in calls:
+                break
+            await asyncio.sleep(0.01)
+        await orchestration.terminate_redundancies(
+            ensemble=ensemble, remaining_resources=set(), remaining_namespaces=set()
+        )
+
+    with (
+        mock.patch.dict(kopf_fixes._LEAN, clear=True),
+        mock.patch.object(watching, "infinite_watch", stream),
+    ):
+        kopf_fixes.apply()
+        kopf_fixes.lean(("agentworkers.io", "v1alpha1", "workers"), index=index, event=event)
+        asyncio.run(run())
+    first_handled = next(i for i, call in enumerate(calls) if call[0] == "event")
+    assert {("index", "a"), ("index", "b")} <= set(calls[:first_handled])  # kopf's readiness
+    assert {("event", "None", "a"), ("event", "None", "b")} <= set(calls)
+    assert ("index", "bad") in calls and ("event", "ADDED", "bad") in calls
+    assert ("event", "DELETED", "a") in calls
+    assert calls.count(("index", "a")) == 1  # not for its deletion
+    assert calls.index(("index", "c")) < calls.index(("event", "ADDED", "c"))  # past the error
+    assert not memories._items  # kopf's per-object memory, never made
