@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from agentworkers.api.names import WORKER_LABEL
-from agentworkers.controller import handlers
+from agentworkers.controller import handlers, kopf_fixes
 from agentworkers.controller.sharding import Everything
 from agentworkers.kube.store import Store
 
@@ -90,3 +90,33 @@ def test_a_pod_event_takes_a_pass_for_its_worker_when_it_is_news() -> None:
     assert _event(memo, "MODIFIED", pod("3", phase="Running")) == [("ns", "w")]
     assert _event(memo, "DELETED", pod("4", phase="Running")) == [("ns", "w")]
     assert memo.store.get("pods", "ns", "w") is None
+
+
+def test_a_lean_kind_has_no_handler_of_kopf_s_but_its_two() -> None:
+    """kopf gives a lean kind's events to its index function and event handler only
+    (kopf_fixes 7): another handler registered for it would never run."""
+    registry = kopf.get_default_registry()
+    registered = [
+        (kind, handler)
+        for kind, sub in (
+            ("index", registry._indexing),
+            ("event", registry._watching),
+            ("change", registry._changing),
+            ("daemon", registry._spawning),
+        )
+        for handler in sub.get_all_handlers()
+    ]
+    assert kopf_fixes._LEAN.keys() == {("agentworkers.io", "workers"), ("", "pods")}
+    for (group, plural), (index, event) in kopf_fixes._LEAN.items():
+        mine = [
+            (kind, h)
+            for kind, h in registered
+            if h.selector is not None
+            and h.selector.group == group
+            and plural in (h.selector.any_name, h.selector.plural)
+        ]
+        assert sorted(kind for kind, _ in mine) == ["event", "index"], plural
+        by_kind = {kind: h.fn for kind, h in mine}
+        assert by_kind["event"] is event
+        # The index function is the store's, one made per call: the same code.
+        assert by_kind["index"].__code__ is index.__code__
