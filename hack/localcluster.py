@@ -395,6 +395,14 @@ def node_manifest(index: int) -> dict[str, object]:
         },
         "spec": {},
         "status": {
+            # Registered with both, as a kubelet does: kwok's node-initialize stage (run
+            # again each time the node goes not-Ready, as the node controller marks it while
+            # the API server or etcd restarts) writes the addresses a node lacks as the
+            # whole list, so a node with one of them lost both, then got one back, in turn.
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": name},
+            ],
             "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
             "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
             "nodeInfo": {

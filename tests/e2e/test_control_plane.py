@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import sys
 import uuid
 
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.support import Cluster, is_local, wait_until
+from tests.e2e.support import REPO, Cluster, is_local, wait_until
+
+sys.path.insert(0, str(REPO / "hack"))
+try:
+    from localcluster import node_manifest
+finally:
+    sys.path.remove(str(REPO / "hack"))
 
 PAUSE = "registry.k8s.io/pause:3.10"
 
@@ -118,6 +125,37 @@ def test_pod_is_scheduled_to_a_kwok_node_and_runs_on_loopback(
     addresses = [a.address for a in node.status.addresses if a.type == "InternalIP"]
     assert addresses and all(ipaddress.ip_address(a).is_loopback for a in addresses)
     assert is_local(ran.status.pod_ip), ran.status.pod_ip
+
+
+def test_a_fake_node_keeps_its_addresses_through_not_ready_spells(cluster: Cluster) -> None:
+    """The node controller marks a node not Ready while the API server or etcd restarts
+    (the fault suite), and kwok then runs its node-initialize stage again. A node registered
+    without addresses lost them all on one such spell and got one back on the next: pod
+    logs and the tests that read them failed in between."""
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    body = node_manifest(90 + uuid.uuid4().int % 10)  # beside the cluster's own nodes
+    name = body["metadata"]["name"]  # type: ignore[index]
+    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(body))
+    try:
+
+        def ready() -> list[tuple[str, str]] | None:
+            node = core.read_node(name)
+            conditions = {c.type: c.status for c in node.status.conditions or []}
+            addresses = [(a.type, a.address) for a in node.status.addresses or []]
+            return addresses if conditions.get("Ready") == "True" else None
+
+        for _ in range(3):
+            assert sorted(wait_until("the node to be Ready", ready)) == [
+                ("Hostname", name),
+                ("InternalIP", "127.0.0.1"),
+            ]
+            # As the node controller marks it; kwok makes it Ready again (next round).
+            core.patch_node_status(
+                name,
+                {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "T"}]}},
+            )
+    finally:
+        core.delete_node(name)
 
 
 def test_garbage_collector_removes_a_pod_whose_owner_is_deleted(
