@@ -124,11 +124,15 @@ def _forgetter(plural: str) -> Any:
     return forget
 
 
-def register_store(forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str] = ()) -> None:
+def register_store(
+    forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str] = (), *, lean: bool = False
+) -> None:
     """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
     whose own event handlers forget deletions; `judged`: plurals whose event handlers ask
     whether an event is news (kopf runs a kind's index functions before its handlers, for
-    each event in turn)."""
+    each event in turn). `lean`: nothing else handles these kinds (an admission-only
+    process), so each of the others' events goes straight to its two handlers
+    (`kopf_fixes`, 7)."""
     skip = set(forgotten_elsewhere)
     _JUDGED.update(judged)
     for resource, extra in (
@@ -140,6 +144,10 @@ def register_store(forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str
         (PODS, POD_FILTER),
     ):
         plural = resource[2]
-        kopf.index(*resource, id=f"store_{plural}", **extra)(store_indexer(plural))
+        index = store_indexer(plural)
+        kopf.index(*resource, id=f"store_{plural}", **extra)(index)
         if plural not in skip:
-            kopf.on.event(*resource, id=f"forget_{plural}", **extra)(_forgetter(plural))
+            forget = _forgetter(plural)
+            kopf.on.event(*resource, id=f"forget_{plural}", **extra)(forget)
+            if lean:
+                kopf_fixes.lean(resource, index=index, event=forget)

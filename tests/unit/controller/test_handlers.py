@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from unittest import mock
 
 import kopf
 
 from agentworkers.api.names import WORKER_LABEL
-from agentworkers.controller import handlers, kopf_fixes
+from agentworkers.controller import handlers, kopf_fixes, startup
 from agentworkers.controller.sharding import Everything
 from agentworkers.kube.store import Store
 
@@ -120,3 +121,23 @@ def test_a_lean_kind_has_no_handler_of_kopf_s_but_its_two() -> None:
         assert by_kind["event"] is event
         # The index function is the store's, one made per call: the same code.
         assert by_kind["index"].__code__ is index.__code__
+
+
+def test_an_admission_only_store_is_fed_past_kopf_s_machinery() -> None:
+    """`--role=admission` registers only the store's handlers: every kind goes lean, each
+    to the index function and forgetter kopf also has."""
+    registry = kopf.OperatorRegistry()
+    with mock.patch.dict(kopf_fixes._LEAN, clear=True):
+        default = kopf.get_default_registry()
+        kopf.set_default_registry(registry)
+        try:
+            startup.register_store(lean=True)
+        finally:
+            kopf.set_default_registry(default)
+        lean = dict(kopf_fixes._LEAN)
+    plurals = {plural for _, plural in lean}
+    assert plurals == set(startup.TRIM)  # every kind the store keeps
+    events = {h.selector.any_name: h.fn for h in registry._watching.get_all_handlers()}
+    indexes = {h.selector.any_name: h.fn for h in registry._indexing.get_all_handlers()}
+    for (_, plural), (index, event) in lean.items():
+        assert index is indexes[plural] and event is events[plural]
