@@ -419,6 +419,11 @@ class Bench:
         )
         return name
 
+    @property
+    def answering_process(self) -> str:
+        """The name, in `pids`, of the process that answers admission reviews."""
+        return "admission" if "admission" in self.pids else "operator"
+
     def price_probe(self) -> None:
         """The probe alone for PROBE_CALIBRATION seconds: its reviews' CPU in the process
         that answers them."""
@@ -426,7 +431,7 @@ class Bench:
         namespace = self.namespace(label)
         self.cluster.apply(namespace, CONFIG)
         first_revision(self.cluster, namespace)
-        process = "admission" if "admission" in self.pids else "operator"
+        process = self.answering_process
         before = cpu_seconds(self.pids[process])
         with AdmissionProbe(self.cluster, self.webhook, namespace) as probe:
             time.sleep(PROBE_CALIBRATION)
@@ -566,14 +571,13 @@ class Bench:
         for note in p.notes:
             print(f"   {note}")
         probed = (len(p.probe) + p.probe_errors) * self.probe_cpu
-        answering = "admission" if "admission" in self.pids else "operator"
         print(
             "   CPU ms per object: "
             + ", ".join(
                 f"{k} {v * 1000 / n:.1f}"
                 + (
                     f" ({(v - probed) * 1000 / n:.1f} less the probe's)"
-                    if probed and k == answering
+                    if probed and k == self.answering_process
                     else ""
                 )
                 for k, v in sorted(p.cpu.items())

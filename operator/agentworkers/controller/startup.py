@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import kopf
@@ -106,8 +106,10 @@ def close(memo: kopf.Memo, **_: Any) -> None:
 _JUDGED: set[str] = set()
 
 
+@cache
 def store_indexer(plural: str) -> Any:
-    """The index function feeding `plural`'s objects to the store."""
+    """The index function feeding `plural`'s objects to the store (one per kind: kopf and
+    the lean path are given the same)."""
 
     # async: a few microseconds of work, done on the event loop rather than in a thread.
     async def index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:

@@ -143,6 +143,34 @@ WORKERS = references.Resource(
 )
 
 
+def _kopf_processing(
+    memories: inventory.ResourceMemories | None = None,
+) -> tuple[configuration.OperatorSettings, Any]:
+    """kopf's settings and its event processing, as `kopf.run` wires them."""
+    settings = configuration.OperatorSettings()
+    settings.queueing.exit_timeout = 0.1
+    process = functools.partial(
+        processing.process_resource_event,
+        lifecycle=lifecycles.all_at_once,
+        registry=registries.OperatorRegistry(),
+        settings=settings,
+        indexers=indexing.OperatorIndexers(),
+        memories=inventory.ResourceMemories() if memories is None else memories,
+        memobase=ephemera.AnyMemo(ephemera.Memo()),
+        event_queue=asyncio.Queue(),
+    )
+    return settings, process
+
+
+async def _ensemble() -> orchestration.Ensemble:
+    paused = aiotoggles.ToggleSet(any)
+    return orchestration.Ensemble(
+        operator_indexed=aiotoggles.ToggleSet(all),
+        operator_paused=paused,
+        peering_missing=await paused.make_toggle(),
+    )
+
+
 def _handled_after_a_watcher_stopped_unlisted() -> list[str]:
     """kopf's own orchestration and processing: a watcher whose listing never answers (as
     while the API server answers 429), stopped as its namespace goes; then a watcher of a
@@ -158,29 +186,13 @@ def _handled_after_a_watcher_stopped_unlisted() -> list[str]:
         await asyncio.Event().wait()
 
     async def run() -> None:
-        settings = configuration.OperatorSettings()
-        settings.queueing.exit_timeout = 0.1
-        process = functools.partial(
-            processing.process_resource_event,
-            lifecycle=lifecycles.all_at_once,
-            registry=registries.OperatorRegistry(),
-            settings=settings,
-            indexers=indexing.OperatorIndexers(),
-            memories=inventory.ResourceMemories(),
-            memobase=ephemera.AnyMemo(ephemera.Memo()),
-            event_queue=asyncio.Queue(),
-        )
+        settings, process = _kopf_processing()
 
         async def processor(*, raw_event: Any, **kwargs: Any) -> None:
             await process(raw_event=raw_event, **kwargs)  # returns once kopf would handle
             handled.append(raw_event["object"]["metadata"]["namespace"])
 
-        paused = aiotoggles.ToggleSet(any)
-        ensemble = orchestration.Ensemble(
-            operator_indexed=aiotoggles.ToggleSet(all),
-            operator_paused=paused,
-            peering_missing=await paused.make_toggle(),
-        )
+        ensemble = await _ensemble()
         spawn = functools.partial(
             orchestration.spawn_missing_watchers,
             processor=processor,
@@ -257,24 +269,8 @@ def test_a_lean_kind_s_events_go_to_its_two_handlers_in_kopf_s_order() -> None:
     memories = inventory.ResourceMemories()
 
     async def run() -> None:
-        settings = configuration.OperatorSettings()
-        settings.queueing.exit_timeout = 0.1
-        processor = functools.partial(
-            processing.process_resource_event,
-            lifecycle=lifecycles.all_at_once,
-            registry=registries.OperatorRegistry(),
-            settings=settings,
-            indexers=indexing.OperatorIndexers(),
-            memories=memories,
-            memobase=ephemera.AnyMemo(ephemera.Memo()),
-            event_queue=asyncio.Queue(),
-        )
-        paused = aiotoggles.ToggleSet(any)
-        ensemble = orchestration.Ensemble(
-            operator_indexed=aiotoggles.ToggleSet(all),
-            operator_paused=paused,
-            peering_missing=await paused.make_toggle(),
-        )
+        settings, processor = _kopf_processing(memories)
+        ensemble = await _ensemble()
         await orchestration.spawn_missing_watchers(
             processor=processor,
             settings=settings,
