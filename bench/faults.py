@@ -19,7 +19,7 @@ invariant's violations (all expected 0):
   once one does it must be refused by its rule (UnknownProfile), never stored;
 - a Worker with no pod, or more than one, or a pod that is not its Worker's;
 - a Worker that did not reach the phase its inputs imply (started with its pod: Running,
-  or Pending while kwok's two nodes are full);
+  or Pending while its pod waits for a node or for kwok);
 - a spawn the API server accepted that is gone;
 - a binding annotation rewritten once written;
 - an AgentConfigRevision cut twice for one config.
@@ -401,8 +401,8 @@ def _invalid(worker: dict[str, Any]) -> bool:
 
 
 def _converged(worker: dict[str, Any]) -> bool:
-    """Started, with its pod: Running, or Pending while kwok's nodes are full (two nodes
-    of 110 pods each, on the local control plane)."""
+    """Started, with its pod: Running, or Pending while the pod waits for a node (or for
+    kwok to run it)."""
     status = worker.get("status") or {}
     return bool(status.get("pod")) and status.get("phase") in ("Pending", "Running")
 

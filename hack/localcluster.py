@@ -48,6 +48,11 @@ REPO = HACK.parent
 STATE_DIR = Path(os.environ.get("AGENTWORKERS_CLUSTER_DIR", REPO / ".cluster"))
 OPERATOR_KUBECONFIG = "operator.kubeconfig"
 NODE_COUNT = int(os.environ.get("AGENTWORKERS_NODES", "2"))
+# Pods per fake node: room for every pod a test or bench makes (10,000 Workers across the
+# two nodes). kwok completes a Job's pods but leaves a Worker's Running (no runtime runs in
+# them), so with a kubelet's 110 a Worker phase filled the nodes and the scheduler retried
+# the rest, loading the shared machine in Worker phases only.
+NODE_PODS = int(os.environ.get("AGENTWORKERS_NODE_PODS", "5000"))
 SERVICE_CIDR = "10.96.0.0/16"
 # kwok hands pods addresses from this range: loopback, so nothing ever leaves the host.
 # Pod IPs: the benchmarking range (RFC 2544), put whole on the loopback device, where
@@ -403,8 +408,8 @@ def node_manifest(index: int) -> dict[str, object]:
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": name},
             ],
-            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": str(NODE_PODS)},
+            "capacity": {"cpu": "32", "memory": "256Gi", "pods": str(NODE_PODS)},
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -505,7 +510,9 @@ def start_apiserver(state: State) -> None:
             # Webhooks registered by Service reference are dialled at the Service's endpoint
             # addresses (kwok's pod IPs, on loopback), not its ClusterIP: there is no kube-proxy.
             "--enable-aggregator-routing=true",
-            "--profiling=false",
+            # /debug/pprof, to see where the API server's CPU goes under a bench (loopback,
+            # authenticated): `kubectl get --raw "/debug/pprof/profile?seconds=20"`.
+            "--profiling=true",
             "--v=1",
         ],
     )
