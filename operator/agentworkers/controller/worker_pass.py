@@ -36,6 +36,10 @@ class Worker:
         return str(self.body["metadata"]["namespace"])
 
     @property
+    def uid(self) -> str:
+        return str(self.body["metadata"].get("uid") or "")
+
+    @property
     def generation(self) -> int | None:
         generation = self.body["metadata"].get("generation")
         return int(generation) if generation is not None else None

@@ -78,7 +78,10 @@ def account(storage: Repository, worker: Worker) -> None:
     if previous is not None and tree == previous.model_copy(update={"summed_at": None}):
         return
     left = clocks.seconds_left(
-        previous.summed_at if previous else None, TREE_SUM_SECONDS, dt.datetime.now(dt.UTC)
+        previous.summed_at if previous else None,
+        TREE_SUM_SECONDS,
+        dt.datetime.now(dt.UTC),
+        spread=worker.uid,
     )
     if left is not None and left > 0 and spent == was_spent:
         worker.again(left)  # a busy tree is summed every few seconds, not on every report

@@ -156,7 +156,9 @@ def _idle_clock(
     """An interactive run Idle past its idle timeout ends Done and frees its pod; until
     then, a pass when it would."""
     timeout = worker.spec.idle_timeout_seconds or config.worker.idle_timeout_seconds
-    left = clocks.seconds_left(worker.status.idle_since, timeout, dt.datetime.now(dt.UTC))
+    left = clocks.seconds_left(
+        worker.status.idle_since, timeout, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
     if left is None:
         return
     if left > 0:
@@ -204,8 +206,10 @@ def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
     started = running_since(pod)
     if started is None:
         return True
-    left = RUNTIME_REPORT_SECONDS - (dt.datetime.now(dt.UTC) - started).total_seconds()
-    if left <= 0:
+    left = clocks.seconds_left(
+        started, RUNTIME_REPORT_SECONDS, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
+    if left is None or left <= 0:
         return True
     worker.again(left)
     return False
@@ -248,7 +252,9 @@ def _ttl_clock(storage: Repository, worker: Worker) -> None:
         if parent is not None and (parent.get("status") or {}).get("phase") not in TERMINAL_PHASES:
             worker.again(float(max(ttl, 1)))  # its parent may still collect it: look again
             return
-    left = clocks.seconds_left(ready.last_transition_time, ttl, dt.datetime.now(dt.UTC))
+    left = clocks.seconds_left(
+        ready.last_transition_time, ttl, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
     if left is not None and left > 0:
         worker.again(left)
         return

@@ -13,6 +13,7 @@ Times are the API's: RFC 3339 in UTC, to the second.
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 
 
 def parse(timestamp: str) -> dt.datetime:
@@ -39,9 +40,21 @@ def deadline(
     return own, stamp(own_at)
 
 
-def seconds_left(since: str | None, limit: float | None, now: dt.datetime) -> float | None:
+def seconds_left(
+    since: str | None, limit: float | None, now: dt.datetime, *, spread: str
+) -> float | None:
     """Seconds until a clock started at `since` runs `limit` seconds out (0 or less: it
-    has); None when the clock is not running or has no limit."""
+    has); None when the clock is not running or has no limit.
+
+    `since` is to the second, so every clock started in one second would run out in the
+    same instant: a burst of passes and writes each second, which the spawns in flight
+    then wait behind. Each clock runs out at its own fraction of that second instead,
+    from `spread` (its object's uid)."""
     if since is None or limit is None:
         return None
-    return limit - (now - parse(since)).total_seconds()
+    return limit + fraction(spread) - (now - parse(since)).total_seconds()
+
+
+def fraction(key: str) -> float:
+    """A fraction of a second in [0, 1), the same for `key` in every process."""
+    return zlib.crc32(key.encode()) / 2**32

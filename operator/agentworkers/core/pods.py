@@ -7,7 +7,6 @@ is an emptyDir mounted as the working directory; it goes with the pod.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from agentworkers import __version__
@@ -37,12 +36,12 @@ def owned_by(pod: dict[str, Any], uid: str) -> bool:
     return uid in {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
 
 
-def running_since(pod: dict[str, Any]) -> dt.datetime | None:
+def running_since(pod: dict[str, Any]) -> str | None:
     """When the pod's first container started running, as its kubelet reported."""
     for container in (pod.get("status") or {}).get("containerStatuses") or []:
         started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
         if started:
-            return dt.datetime.fromisoformat(started)
+            return str(started)
     return None
 
 

@@ -23,7 +23,21 @@ def test_a_child_never_outlives_what_is_left_of_its_parent_s_deadline() -> None:
 
 def test_seconds_left_on_a_clock() -> None:
     since = clocks.stamp(NOW - dt.timedelta(seconds=20))
-    assert clocks.seconds_left(since, 30, NOW) == 10
-    assert clocks.seconds_left(since, 15, NOW) == -5  # ran out
-    assert clocks.seconds_left(None, 30, NOW) is None  # not running
-    assert clocks.seconds_left(since, None, NOW) is None  # no limit
+    spread = clocks.fraction("uid-1")
+    assert clocks.seconds_left(since, 30, NOW, spread="uid-1") == 10 + spread
+    assert clocks.seconds_left(since, 15, NOW, spread="uid-1") == -5 + spread  # ran out
+    assert clocks.seconds_left(None, 30, NOW, spread="uid-1") is None  # not running
+    assert clocks.seconds_left(since, None, NOW, spread="uid-1") is None  # no limit
+
+
+def test_clocks_started_in_one_second_run_out_across_it_not_in_one_instant() -> None:
+    """Timestamps are whole seconds: the pods of a second's spawns all started "at" it.
+    Their runs' clocks run out spread over the second after, each at its own moment."""
+    since = clocks.stamp(NOW - dt.timedelta(seconds=3))
+    uids = [f"4f6c3a9e-{i:04d}-4c1b-9d2e-6a1f0b7c8d9e" for i in range(100)]
+    lefts = [clocks.seconds_left(since, 3, NOW, spread=uid) for uid in uids]
+    assert all(left is not None and 0 <= left < 1 for left in lefts)
+    # No tenth of the second holds more than a fifth of them.
+    tenths = [int(left * 10) for left in lefts if left is not None]
+    assert max(tenths.count(t) for t in range(10)) <= 20
+    assert clocks.fraction(uids[0]) == clocks.fraction(uids[0])  # the same in every pass
