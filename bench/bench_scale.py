@@ -207,7 +207,17 @@ def control_plane() -> dict[str, int]:
     return {
         "apiserver": pids["kube-apiserver"],
         "controller-manager": pids["kube-controller-manager"],
+        "etcd": pids["etcd"],
+        "scheduler": pids["kube-scheduler"],
+        "kwok": pids["kwok"],
     }
+
+
+def machine_ticks() -> tuple[int, int]:
+    """The machine's CPU time so far, in clock ticks: (busy, all), over every core."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:
@@ -378,6 +388,8 @@ class Phase:
     probe_errors: int = 0
     probe_error: str = ""
     notes: list[str] = field(default_factory=list)
+    # Of the machine's CPU while the creates went out (every process: the bench's too).
+    busy: float = float("nan")
 
     @property
     def kept_up(self) -> bool:
@@ -459,7 +471,7 @@ class Bench:
         stack = contextlib.ExitStack()
         if probe is not None:
             stack.enter_context(probe)
-        start = time.monotonic()
+        start, ticks = time.monotonic(), machine_ticks()
 
         def create(name: str) -> None:
             began = time.monotonic()
@@ -480,6 +492,7 @@ class Bench:
             pending.append(self.pool.submit(create, name))
         for future in pending:
             future.result()  # every create answered before the phase is judged
+        busy, total = (now - then for now, then in zip(machine_ticks(), ticks, strict=True))
         deadline = time.monotonic() + KEPT_UP * 4 + count / 50
 
         def done() -> bool:
@@ -519,6 +532,7 @@ class Bench:
             probe=probe.latencies if probe else [],
             probe_errors=probe.errors if probe else 0,
             probe_error=probe.first_error if probe else "",
+            busy=busy / max(total, 1),
             rss=rss_mib(self.pids["operator"]),
             peak_rss=rss_mib(self.pids["operator"], "VmHWM"),
             review_p99=bucket_quantile(
@@ -582,6 +596,10 @@ class Bench:
                 )
                 for k, v in sorted(p.cpu.items())
             )
+        )
+        print(
+            f"   the machine while the creates went out: {p.busy:.0%} busy "
+            f"(of {os.cpu_count()} cores, every process, the bench's too)"
         )
         reads = {k: v for k, v in p.requests.items() if k[0] in READS}
         writes = {k: v for k, v in p.requests.items() if k[0] in WRITES and k[1] not in HEARTBEATS}
