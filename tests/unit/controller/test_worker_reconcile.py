@@ -489,7 +489,8 @@ def test_the_runtime_reports_running_itself_and_the_pod_stands_in_when_it_is_sil
     pod_phase(memory, "w", "Running", **_running_for(0))
     with pytest.raises(Later) as later:
         workers.reconcile(memory, "ns", "w")
-    assert 0 < later.value.delay <= workers.RUNTIME_REPORT_SECONDS  # type: ignore[operator]
+    # (Each run's clocks run out at its own fraction of the second: up to 1 s more.)
+    assert 0 < later.value.delay <= workers.RUNTIME_REPORT_SECONDS + 1  # type: ignore[operator]
     assert memory.find("workers", "w")["status"]["phase"] == "Pending"  # type: ignore[index]
     assert len(memory.writes) == writes  # nothing to write yet
     # Still silent after the grace: the pod's phase stands in.
@@ -537,7 +538,7 @@ def test_a_finished_run_nobody_collects_is_deleted_after_its_ttl() -> None:
     _report(memory, "w", phase="Done")
     with pytest.raises(Later) as later:  # finished just now: 30 s to go
         workers.reconcile(memory, "ns", "w")
-    assert 28 <= later.value.delay <= 30  # type: ignore[operator]
+    assert 28 <= later.value.delay <= 31  # type: ignore[operator]
     ready = next(
         c
         for c in memory.objects[("workers", "ns", "w")]["status"]["conditions"]
@@ -547,6 +548,12 @@ def test_a_finished_run_nobody_collects_is_deleted_after_its_ttl() -> None:
     assert reconcile(memory, "w") == "done"
     assert memory.find("workers", "w") is None
     assert memory.reasons("w") == ["Completed", "TTLExpired"]
+    kid_ready = next(
+        c
+        for c in memory.objects[("workers", "ns", "kid")]["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    kid_ready["lastTransitionTime"] = _ago(1)  # its TTL of 0 is out, whatever its fraction
     assert reconcile(memory, "kid") == "done"  # its parent is gone: nobody will collect it
     assert memory.find("workers", "kid") is None
 
