@@ -84,14 +84,17 @@ def adopt(
     annotations: dict[str, str],
     labels: dict[str, str],
 ) -> None:
-    """Write the binding and the parent's ownerReference: the child stays owned by its parent."""
+    """Write the binding and the parent's ownerReference (the child stays owned by its
+    parent), and let the parent at the child: granted until the child's run starts, also
+    when its creator set the reference already and there is nothing to write."""
     owners = list(worker.body["metadata"].get("ownerReferences") or [])
-    if parent_body is not None and parent_body["metadata"]["uid"] not in {
-        o.get("uid") for o in owners
-    }:
-        owners.append(ref(parent_body, controller=False))
-    elif not annotations:
+    owned = parent_body is None or parent_body["metadata"]["uid"] in {o.get("uid") for o in owners}
+    if owned and not annotations:
+        if parent_body is not None and not worker.status.pod:
+            grant(storage, parent_body)
         return
+    if parent_body is not None and not owned:
+        owners.append(ref(parent_body, controller=False))
     try:
         version = storage.patch_metadata("workers", worker.body, annotations, labels, owners)
     except ApiError as e:

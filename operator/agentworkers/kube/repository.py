@@ -90,6 +90,10 @@ class Storage:
     api: Api
     store: Store | None = None
     events: Recorder = field(init=False)
+    # Each runtime Role's rules as this process last wrote them (`set_role_rules`).
+    _role_rules: dict[tuple[str, str], list[dict[str, Any]]] = field(
+        init=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         self.events = Recorder(self.api)
@@ -317,18 +321,26 @@ class Storage:
             )
             try:
                 self.api.create(plural, obj["metadata"]["namespace"], obj)
-                created_role = created_role or obj["kind"] == "Role"
+                if obj["kind"] == "Role":
+                    created_role = True
+                    meta = obj["metadata"]
+                    self._role_rules[(meta["namespace"], meta["name"])] = obj["rules"]
             except ApiError as e:
                 if e.status != 409:
                     raise
         return created_role
 
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
-        """Replace a Role's rules; False when the Role does not exist (yet)."""
+        """Replace a Role's rules; False when the Role does not exist (yet). The rules this
+        process wrote last are not written again: the same grant, asked again, is free."""
+        if self._role_rules.get((namespace, name)) == rules:
+            return True
         try:
             self.api.patch("roles", namespace, name, {"rules": rules})
         except ApiError as e:
             if e.status == 404:
+                self._role_rules.pop((namespace, name), None)
                 return False
             raise
+        self._role_rules[(namespace, name)] = rules
         return True

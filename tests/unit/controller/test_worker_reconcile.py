@@ -786,3 +786,30 @@ def test_a_failure_is_announced_once_though_its_first_status_write_is_refused() 
     assert [(t, r) for n, t, r, _ in memory.events if n == "w" and t == "Warning"] == [
         ("Warning", "PodFailed")
     ]
+
+
+def test_a_child_created_already_owned_by_its_parent_is_in_its_parent_s_role() -> None:
+    """A client may set the parent's ownerReference itself, at create: the operator then
+    has no reference to add, and must still let the parent read, patch and delete it."""
+    memory = Memory()
+    planner(memory)
+    started(memory, "parent")
+    parent = memory.find("workers", "parent")
+    assert parent is not None
+    kid = worker("kid", parent="parent")
+    kid["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": parent["apiVersion"],
+            "kind": "Worker",
+            "name": "parent",
+            "uid": parent["metadata"]["uid"],
+        }
+    ]
+    kid["spec"]["suspend"] = True  # passes before its run starts, each asking again
+    memory.put("workers", kid)
+    reconcile(memory, "kid")
+    parent_role = memory.objects[("Role", "ns", "worker-parent")]
+    assert any(r.get("resourceNames") == ["kid"] for r in parent_role["rules"])
+    assert ("PATCH", "workers", "kid") not in memory.writes  # no reference to add
+    reconcile(memory, "kid")
+    assert memory.writes.count(("PATCH", "Role", "worker-parent")) == 1  # granted once
