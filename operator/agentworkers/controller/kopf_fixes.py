@@ -178,21 +178,12 @@ async def watcher(
             await asyncio.shield(operator_indexed.drop_toggle(resource_indexed))
 
 
-def _processor_takes_what_lean_needs() -> bool:
+def _takes(function: Any, *names: str) -> bool:
+    """Whether kopf's `function` still takes the arguments a replacement relies on."""
     try:
-        parameters = inspect.signature(_process_resource_event).parameters
+        return set(names) <= inspect.signature(function).parameters.keys()
     except (TypeError, ValueError):
         return False
-    needed = {"resource", "raw_event", "memobase", "resource_indexed", "operator_indexed"}
-    return needed <= parameters.keys()
-
-
-def _watcher_takes_toggles() -> bool:
-    try:
-        parameters = inspect.signature(_watcher).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
-    return "operator_indexed" in parameters and "resource_indexed" in parameters
 
 
 # (group, plural) of a lean kind: its index function and its event handler.
@@ -362,11 +353,12 @@ def apply(namespaces: Sequence[str] = ()) -> None:
         # A kopf that moved things: admission answers from a store that may be filling.
         log.warning("kopf's orchestration has changed; admission does not wait for indexing")
         indexed.set()
-    if _processor_takes_what_lean_needs():
+    toggles = ("operator_indexed", "resource_indexed")
+    if _takes(_process_resource_event, "resource", "raw_event", "memobase", *toggles):
         processing.process_resource_event = process_resource_event  # type: ignore[assignment]
     else:
         log.warning("kopf's event processing has changed; every event goes through it")
-    if _watcher_takes_toggles():
+    if _takes(_watcher, *toggles):
         queueing.watcher = watcher
     else:
         # A kopf that moved things: a watcher stopped before its listing may hold handlers.

@@ -88,24 +88,26 @@ def adopt(
     parent), and let the parent at the child: granted until the child's run starts, also
     when its creator set the reference already and there is nothing to write."""
     owners = list(worker.body["metadata"].get("ownerReferences") or [])
-    owned = parent_body is None or parent_body["metadata"]["uid"] in {o.get("uid") for o in owners}
-    if owned and not annotations:
-        if parent_body is not None and not worker.status.pod:
-            grant(storage, parent_body)
-        return
-    if parent_body is not None and not owned:
+    write = bool(annotations)
+    if parent_body is not None and parent_body["metadata"]["uid"] not in {
+        o.get("uid") for o in owners
+    }:
         owners.append(ref(parent_body, controller=False))
-    try:
-        version = storage.patch_metadata("workers", worker.body, annotations, labels, owners)
-    except ApiError as e:
-        if e.status != 409:
-            raise
-        # Someone wrote in between (perhaps a binding): read again rather than overwrite.
-        raise kopf.TemporaryError("the Worker changed while binding; retrying", delay=1) from e
-    meta = worker.body["metadata"]
-    meta["resourceVersion"] = version
-    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
-    if parent_body is not None:
+        write = True
+    if write:
+        try:
+            version = storage.patch_metadata("workers", worker.body, annotations, labels, owners)
+        except ApiError as e:
+            if e.status != 409:
+                raise
+            # Someone wrote in between (perhaps a binding): read again rather than overwrite.
+            raise kopf.TemporaryError("the Worker changed while binding; retrying", delay=1) from e
+        meta = worker.body["metadata"]
+        meta["resourceVersion"] = version
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+    # Asked again on each pass until the run starts (the same rules are not written twice),
+    # so a child whose creator set the reference already is granted too.
+    if parent_body is not None and (write or not worker.status.pod):
         grant(storage, parent_body)
 
 
