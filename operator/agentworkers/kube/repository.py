@@ -7,6 +7,9 @@ in-memory one (`tests/unit/controller/memory.py`).
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,6 +84,10 @@ class Repository(Protocol):
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
 
+# Runtime Roles whose last written rules a process remembers (see Storage.set_role_rules).
+ROLES_REMEMBERED = 10_000
+
+
 @dataclass
 class Storage:
     """The repository on an API server. With a `store`, reads come from the operator's
@@ -90,10 +97,10 @@ class Storage:
     api: Api
     store: Store | None = None
     events: Recorder = field(init=False)
-    # Each runtime Role's rules as this process last wrote them (`set_role_rules`).
-    _role_rules: dict[tuple[str, str], list[dict[str, Any]]] = field(
-        init=False, default_factory=dict
-    )
+    # A digest of the rules this process last wrote to a runtime's Role (`set_role_rules`),
+    # for the latest ROLES_REMEMBERED Roles: a Role forgotten costs one write again.
+    _role_rules: OrderedDict[tuple[str, str], int] = field(init=False, default_factory=OrderedDict)
+    _role_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.events = Recorder(self.api)
@@ -321,10 +328,7 @@ class Storage:
             )
             try:
                 self.api.create(plural, obj["metadata"]["namespace"], obj)
-                if obj["kind"] == "Role":
-                    created_role = True
-                    meta = obj["metadata"]
-                    self._role_rules[(meta["namespace"], meta["name"])] = obj["rules"]
+                created_role = created_role or obj["kind"] == "Role"
             except ApiError as e:
                 if e.status != 409:
                     raise
@@ -333,14 +337,20 @@ class Storage:
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
         """Replace a Role's rules; False when the Role does not exist (yet). The rules this
         process wrote last are not written again: the same grant, asked again, is free."""
-        if self._role_rules.get((namespace, name)) == rules:
-            return True
+        key = (namespace, name)
+        digest = hash(json.dumps(rules, sort_keys=True))  # as the store judges news
+        with self._role_lock:
+            if self._role_rules.get(key) == digest:
+                return True
         try:
             self.api.patch("roles", namespace, name, {"rules": rules})
         except ApiError as e:
             if e.status == 404:
-                self._role_rules.pop((namespace, name), None)
                 return False
             raise
-        self._role_rules[(namespace, name)] = rules
+        with self._role_lock:
+            self._role_rules[key] = digest
+            self._role_rules.move_to_end(key)
+            while len(self._role_rules) > ROLES_REMEMBERED:
+                self._role_rules.popitem(last=False)
         return True

@@ -30,6 +30,7 @@ class Memory:
     events: list[tuple[str, str, str, str]] = field(default_factory=list)  # name, type, reason
     writes: list[tuple[str, str, str]] = field(default_factory=list)  # verb, plural, name
     _versions: Iterator[int] = field(default_factory=lambda: itertools.count(100))
+    _rules_set: dict[tuple[str, str], list[Body]] = field(default_factory=dict)
 
     # --- setting the scene --------------------------------------------------------
 
@@ -177,8 +178,9 @@ class Memory:
         role = self.objects.get(("Role", namespace, name))
         if role is None:
             return False
-        if role["rules"] == rules:
-            return True  # as the operator's Storage: the rules it wrote last, not again
+        if self._rules_set.get((namespace, name)) == rules:
+            return True  # as the operator's Storage: the rules it set last, not again
+        self._rules_set[(namespace, name)] = copy.deepcopy(rules)
         role["rules"] = copy.deepcopy(rules)
         self.writes.append(("PATCH", "Role", name))
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentworkers.core.access import access_objects, role_rules
+from agentworkers.kube import repository
 from agentworkers.kube.repository import Storage
 
 
@@ -33,10 +34,21 @@ def test_a_role_s_rules_are_not_written_again_as_they_were_last_written() -> Non
     }
     _, role, binding = access_objects(parent, "planner", [])
     assert storage.ensure_access([role, binding])
-    # The same rules, asked again by every pass of a child not started yet: no write.
-    assert storage.set_role_rules("ns", "worker-parent", role_rules("parent", "planner", []))
     assert api.sent == [("POST", "roles"), ("POST", "rolebindings")]
+    # The same rules, asked again by every pass of a child not started yet: one write.
     with_kid = role_rules("parent", "planner", ["kid"])
-    assert storage.set_role_rules("ns", "worker-parent", with_kid)
-    assert storage.set_role_rules("ns", "worker-parent", with_kid)
+    for _ in range(3):
+        assert storage.set_role_rules("ns", "worker-parent", with_kid)
     assert api.sent.count(("PATCH", "roles")) == 1
+    assert storage.set_role_rules("ns", "worker-parent", role_rules("parent", "planner", []))
+    assert api.sent.count(("PATCH", "roles")) == 2  # other rules: written
+
+
+def test_a_process_remembers_a_bounded_number_of_roles(monkeypatch: Any) -> None:
+    monkeypatch.setattr(repository, "ROLES_REMEMBERED", 2)
+    api = _Api()
+    storage = Storage(api)  # type: ignore[arg-type]
+    rules = role_rules("w", "planner", ["kid"])
+    for name in ("worker-a", "worker-b", "worker-c", "worker-a"):
+        storage.set_role_rules("ns", name, rules)
+    assert api.sent.count(("PATCH", "roles")) == 4  # worker-a forgotten: written again
