@@ -4,26 +4,33 @@ A tool the effective configuration does not allow is hidden: it is never offered
 the model, and a call to it anyway comes back as an error result without running.
 Failures are results too (``{"error": ...}``): the model sees them and carries on.
 
-Sandbox tools (``list_files``, ``read_file``, ``write_file``) stay inside the run's
-sandbox directory. Planner tools (``spawn_worker``, ``inspect_worker``,
-``collect_worker``, ``kill_worker``) drive child workers through a ``WorkerOps``.
+Sandbox tools (``list_files``, ``read_file``, ``write_file``, ``run_command``) act in
+the run's sandbox directory (``runtime.sandbox``). Planner tools (``spawn_worker``,
+``inspect_worker``, ``collect_worker``, ``kill_worker``) drive child workers through a
+``WorkerOps``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
 from agentworkers.core.effective import EffectiveConfig
+from agentworkers.runtime import sandbox
 from agentworkers.runtime.models import ToolSpec
 
 MAX_READ_BYTES = 256 * 1024
 MAX_LIST_ENTRIES = 1000
 MAX_COLLECT_SECONDS = 600
+MAX_OUTPUT_BYTES = 64 * 1024  # of a command's stdout, and of its stderr
+DEFAULT_COMMAND_SECONDS = 60
+MAX_COMMAND_SECONDS = 600
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -115,29 +122,20 @@ _STRING = {"type": "string"}
 
 
 class Sandbox:
-    """Paths relative to one directory, refused when they resolve outside it (``..``,
-    absolute paths, symlinks out). Not a security boundary: the pod is."""
+    """The tools that act in the run's sandbox directory: its files, opened beneath it
+    without ever leaving it (``runtime.sandbox.open_beneath``: links that stay inside are
+    followed, any other refused, race-free), and commands run in it. Not the security
+    boundary: the pod is."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
 
-    def resolve(self, path: str) -> str:
-        if os.path.isabs(path):
-            raise ToolError(f"path {path!r} is absolute; use a path relative to the sandbox")
-        full = os.path.realpath(os.path.join(self.root, path))
-        if os.path.commonpath([self.root, full]) != self.root:
-            raise ToolError(f"path {path!r} is outside the sandbox")
-        return full
-
     def list_files(self, args: dict[str, Any]) -> dict[str, Any]:
         path = args.get("path", ".")
-        full = self.resolve(path)
-        if not os.path.isdir(full):
-            raise ToolError(f"{path!r} is not a directory")
-        with os.scandir(full) as it:
-            entries = sorted(
-                ({"name": e.name, "dir": e.is_dir()} for e in it), key=lambda e: str(e["name"])
-            )
+        flags = os.O_RDONLY | os.O_DIRECTORY
+        with _tool_errors(path), _opened(self.root, path, flags) as fd, os.scandir(fd) as it:
+            found = [_entry(e) for e in it]
+        entries = sorted(found, key=lambda e: str(e["name"]))
         return {
             "path": path,
             "entries": entries[:MAX_LIST_ENTRIES],
@@ -146,11 +144,11 @@ class Sandbox:
 
     def read_file(self, args: dict[str, Any]) -> dict[str, Any]:
         path = args["path"]
-        full = self.resolve(path)
-        if not os.path.isfile(full):
-            raise ToolError(f"{path!r} is not a file")
-        with open(full, "rb") as f:
-            data = f.read(MAX_READ_BYTES + 1)
+        # O_NONBLOCK: a FIFO put in the sandbox opens at once (and is refused) instead of
+        # hanging the run; a regular file ignores it.
+        with _tool_errors(path), _opened(self.root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
+            _regular(fd, path)
+            data = os.read(fd, MAX_READ_BYTES + 1)
         return {
             "path": path,
             "content": data[:MAX_READ_BYTES].decode("utf-8", "replace"),
@@ -159,13 +157,43 @@ class Sandbox:
 
     def write_file(self, args: dict[str, Any]) -> dict[str, Any]:
         path, content = args["path"], args["content"]
-        full = self.resolve(path)
-        if os.path.isdir(full):
-            raise ToolError(f"{path!r} is a directory")
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w", encoding="utf-8") as f:
-            f.write(content)
-        return {"path": path, "bytes": len(content.encode())}
+        data = content.encode()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        with _tool_errors(path), _opened(self.root, path, flags, make_parents=True) as fd:
+            _regular(fd, path)
+            os.ftruncate(fd, 0)  # only now: a refused target is left as it was
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        return {"path": path, "bytes": len(data)}
+
+    def run_command(self, args: dict[str, Any]) -> dict[str, Any]:
+        command = args["command"]
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        cwd = args.get("cwd", ".")
+        with _tool_errors(cwd):
+            where = sandbox.open_beneath(self.root, cwd, os.O_RDONLY | os.O_DIRECTORY)
+        os.close(where.fd)  # checked; the command is not confined by it (the pod confines)
+        timeout = float(args.get("timeout", DEFAULT_COMMAND_SECONDS))
+        try:
+            done = sandbox.run(
+                argv,
+                os.path.join(self.root, where.path),
+                sandbox.command_env(self.root),
+                timeout,
+                MAX_OUTPUT_BYTES,
+            )
+        except OSError as e:
+            raise ToolError(f"cannot run {argv[0]!r}: {e.strerror or e}") from e
+        return {
+            "exit_code": done.exit_code,
+            "signal": done.signal,
+            "timed_out": done.timed_out,
+            "stdout": done.stdout.text,
+            "stderr": done.stderr.text,
+            "stdout_truncated": done.stdout.cut,
+            "stderr_truncated": done.stderr.cut,
+        }
 
     def tools(self) -> list[Tool]:
         return [
@@ -187,7 +215,75 @@ class Sandbox:
                 _schema({"path": _STRING, "content": _STRING}, ["path", "content"]),
                 self.write_file,
             ),
+            Tool(
+                "run_command",
+                "Run a command in the sandbox and return its exit code, stdout and stderr "
+                f"(each cut after {MAX_OUTPUT_BYTES} bytes, and marked). `command`: a list "
+                "of arguments (run as they are, no shell) or a string (run by /bin/sh -c). "
+                "`cwd`: a directory of the sandbox (default its top). `timeout`: seconds, "
+                f"default {DEFAULT_COMMAND_SECONDS}, at most {MAX_COMMAND_SECONDS}; then "
+                "the command and everything it started are killed. No stdin; the "
+                "environment holds PATH, HOME (the sandbox), LANG and TMPDIR only.",
+                _schema(
+                    {
+                        "command": {
+                            "anyOf": [
+                                {"type": "array", "items": _STRING, "minItems": 1},
+                                {"type": "string", "minLength": 1},
+                            ]
+                        },
+                        "cwd": _STRING,
+                        "timeout": {
+                            "type": "number",
+                            "exclusiveMinimum": 0,
+                            "maximum": MAX_COMMAND_SECONDS,
+                        },
+                    },
+                    ["command"],
+                ),
+                self.run_command,
+            ),
         ]
+
+
+@contextlib.contextmanager
+def _opened(root: str, path: str, flags: int, make_parents: bool = False) -> Iterator[int]:
+    opened = sandbox.open_beneath(root, path, flags, make_parents=make_parents)
+    try:
+        yield opened.fd
+    finally:
+        os.close(opened.fd)
+
+
+@contextlib.contextmanager
+def _tool_errors(path: str) -> Iterator[None]:
+    """A refusal or a failed file operation as a message the model reads."""
+    try:
+        yield
+    except sandbox.Refused as e:
+        raise ToolError(str(e)) from e
+    except FileNotFoundError as e:
+        raise ToolError(f"{path!r} does not exist") from e
+    except NotADirectoryError as e:
+        raise ToolError(f"{path!r} is not a directory (or a part of it is not)") from e
+    except IsADirectoryError as e:
+        raise ToolError(f"{path!r} is a directory") from e
+    except OSError as e:
+        raise ToolError(f"{path!r}: {e.strerror or e}") from e
+
+
+def _regular(fd: int, path: str) -> None:
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
+        raise ToolError(f"{path!r} is a directory")
+    if not stat.S_ISREG(mode):
+        raise ToolError(f"{path!r} is not a regular file")
+
+
+def _entry(entry: os.DirEntry[str]) -> dict[str, Any]:
+    """A listed name; a link is shown as one, not followed."""
+    link = {"link": True} if entry.is_symlink() else {}
+    return {"name": entry.name, "dir": entry.is_dir(follow_symlinks=False), **link}
 
 
 class WorkerOps(Protocol):
