@@ -17,6 +17,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from agentworkers.api.agentconfig import BUILTIN_TOOLS
 from agentworkers.virtualagent import MAX_MAX_STEPS
 from tests.e2e.support import Cluster, Operator, wait_until
 
@@ -93,6 +94,8 @@ MUTATIONS: dict[str, list[Mutation]] = {
             "spec.model.reasoningEffort",
         ),
         lambda r, n: (_config(n, skills=[r.randint(0, 9)]), "spec.skills[0]"),
+        lambda r, n: (_config(n, skills=["ok", _word(r).upper()]), "spec.skills[1]"),
+        lambda r, n: (_config(n, tools=["read_file", _word(r)]), "spec.tools[1]"),
         lambda r, n: (
             _config(n, virtualAgents={"profiles": [{"key": "k", "overlay": {"maxSteps": 0}}]}),
             "spec.virtualAgents.profiles[0].overlay.maxSteps",
@@ -218,3 +221,18 @@ def test_generated_invalid_objects_are_refused_by_field_and_never_persist(
             == 2
         ),
     )
+
+
+def test_an_unknown_tool_is_refused_listing_the_tools_that_exist(
+    cluster: Cluster, namespace: str
+) -> None:
+    custom = kubernetes.client.CustomObjectsApi(cluster.api)
+    body = _config("searcher", tools=["read_file", "web_search"])
+    with pytest.raises(ApiException) as refused:
+        custom.create_namespaced_custom_object(
+            "agentworkers.io", "v1alpha1", namespace, "agentconfigs", body
+        )
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 422, message
+    assert 'spec.tools[1]: Unsupported value: "web_search"' in message
+    assert all(f'"{name}"' in message for name in BUILTIN_TOOLS), message

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self, get_args
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
 
@@ -24,6 +24,22 @@ DEFAULT_REVISION_HISTORY_LIMIT = 10
 DEFAULT_MAX_DEPTH = 5
 DEFAULT_MAX_CHILDREN = 20
 DEFAULT_MAX_LIVE_DESCENDANTS = 100
+
+
+# The tools the runtime has built in: AgentConfig spec.tools is this enum, so an unknown
+# name is refused at admission with the list. (MCP tools are offered by their server's
+# allow-list, never listed here.)
+BuiltinTool = Literal[
+    "list_files",
+    "read_file",
+    "write_file",
+    "run_command",
+    "spawn_worker",
+    "inspect_worker",
+    "collect_worker",
+    "kill_worker",
+]
+BUILTIN_TOOLS: Final[tuple[str, ...]] = get_args(BuiltinTool)
 
 
 class ModelDefaults(KubeModel):
@@ -171,6 +187,10 @@ class McpServer(KubeModel):
 # A DNS-1123 subdomain: the names of RuntimeClasses, PriorityClasses and Secrets.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SubdomainName = Annotated[StrictStr, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+# A skill's name: its ConfigMap's, its folder's (skills/<name>) and its SKILL.md's `name`,
+# so a DNS-1123 label (which also fits the 64-character names agent skills take).
+SKILL_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+SkillName = Annotated[StrictStr, Field(min_length=1, max_length=63, pattern=SKILL_NAME)]
 # The image 0.1.0's CRD filled in when spec.worker.image was left out: stored AgentConfigs
 # carry it though no one chose it, so it stands for "the install's image", like an omission.
 IMAGE_DEFAULT_0_1_0 = "ghcr.io/agentworkers/agentworkers:0.1.0"
@@ -301,8 +321,18 @@ class AgentConfigSpec(KubeModel):
 
     description: StrictStr = Field(default="", description="What the agent is for.")
     model: ModelDefaults = Field(description="Model defaults of the agent's workers.")
-    skills: tuple[Name, ...] = Field(default=(), description="Skills the agent's workers have.")
-    tools: tuple[Name, ...] = Field(default=(), description="Built-in tools offered to the model.")
+    skills: tuple[SkillName, ...] = Field(
+        default=(),
+        description="Skills the agent's workers have: each the name of a ConfigMap in this "
+        "namespace holding the skill's files (a SKILL.md with name and description, plus its "
+        "scripts), mounted read-only at skills/<name> in the sandbox of each run that keeps it.",
+    )
+    tools: tuple[BuiltinTool, ...] = Field(
+        default=(),
+        description="Built-in tools offered to the model: list_files, read_file, write_file "
+        "and run_command (in the run's sandbox), spawn_worker, inspect_worker, collect_worker "
+        "and kill_worker (its children).",
+    )
     mcp_servers: tuple[McpServer, ...] = Field(
         default=(), description="MCP servers whose tools are offered to the model."
     )

@@ -150,12 +150,13 @@ class InheritedBounds(KubeModel):
 
 
 class WorkerEvent(KubeModel):
-    """One entry of the run's recent events (tool call, tool result, thought, message, status)."""
+    """One entry of the run's recent events (tool call, tool result, thought, message,
+    status, notice)."""
 
     index: StrictInt = Field(description="Monotonic per worker, from 1.")
-    kind: Literal["tool_call", "tool_result", "thought", "assistant_message", "status_change"] = (
-        Field(description="What happened.")
-    )
+    kind: Literal[
+        "tool_call", "tool_result", "thought", "assistant_message", "status_change", "notice"
+    ] = Field(description="What happened (notice: a problem that is not a step, e.g. a skill).")
     time: StrictStr = Field(description="When (RFC 3339).")
     summary: StrictStr = Field(
         default="", description="A short rendering of the payload.", max_length=1024

@@ -2,7 +2,9 @@
 
 Hardened to pass Pod Security "restricted": non-root, read-only root filesystem, no
 privilege escalation, every capability dropped, RuntimeDefault seccomp. The sandbox
-is an emptyDir mounted as the working directory; it goes with the pod.
+is an emptyDir mounted as the working directory; it goes with the pod. Each skill the
+run keeps is its ConfigMap, mounted read-only inside the sandbox at skills/<name>; a
+skill the run does not keep is not in its pod at all.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ DEFAULT_IMAGE = f"ghcr.io/agentworkers/agentworkers:{__version__}"
 # Knobs of spec.worker that go into the pod's spec as they are spelt.
 PLACEMENT = ("runtimeClassName", "priorityClassName", "nodeSelector", "tolerations", "affinity")
 SANDBOX = "/sandbox"
+# Where a kept skill's ConfigMap is mounted, relative to the sandbox: skills/<name>.
+SKILLS_DIR = "skills"
 SECRETS_DIR = "/var/run/agentworkers/secrets"
 RUNTIME_UID = 65532
 # The pod's copy of what the operator decided the run may do (read by the runtime and explain).
@@ -88,6 +92,19 @@ def build_pod(
         {"name": f"secret-{i}", "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True}
         for i, secret in enumerate(mounted)
     ]
+    # Optional: a skill whose ConfigMap is missing mounts empty, and the runtime says so
+    # (an event) instead of the pod never starting. 0555: its scripts can be run.
+    skill_volumes = [
+        {
+            "name": f"skill-{i}",
+            "configMap": {"name": skill, "optional": True, "defaultMode": 0o555},
+        }
+        for i, skill in enumerate(effective.skills)
+    ]
+    skill_mounts = [
+        {"name": f"skill-{i}", "mountPath": f"{SANDBOX}/{SKILLS_DIR}/{skill}", "readOnly": True}
+        for i, skill in enumerate(effective.skills)
+    ]
     container: dict[str, Any] = {
         "name": "agent",
         "image": config.worker.image or DEFAULT_IMAGE,
@@ -108,6 +125,7 @@ def build_pod(
         "volumeMounts": [
             {"name": "sandbox", "mountPath": SANDBOX},
             {"name": "tmp", "mountPath": "/tmp"},
+            *skill_mounts,
             *secret_mounts,
         ],
         "securityContext": {
@@ -128,6 +146,7 @@ def build_pod(
         "volumes": [
             {"name": "sandbox", "emptyDir": {"sizeLimit": config.worker.sandbox_size}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+            *skill_volumes,
             *secret_volumes,
         ],
         "securityContext": {

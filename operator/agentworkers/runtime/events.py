@@ -32,6 +32,7 @@ class EventKind(StrEnum):
     THOUGHT = "thought"
     ASSISTANT_MESSAGE = "assistant_message"
     STATUS_CHANGE = "status_change"
+    NOTICE = "notice"  # something the user should know that is not a step: a skill missing
 
 
 def rfc3339_now() -> str:
@@ -44,7 +45,8 @@ class Event:
 
     tool_call ``{name, id, args}``; tool_result ``{name, id, result}`` or
     ``{name, id, error}``; thought and assistant_message ``{text}``; status_change
-    ``{status}`` plus ``error`` when it failed.
+    ``{status}`` plus ``error`` when it failed; notice ``{text}`` plus what it is about
+    (``skill``).
     """
 
     worker: str

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
@@ -31,6 +31,7 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.models import Message, ModelClient, ModelError, Params, Reply, ToolSpec
+from agentworkers.runtime.skills import SKILL_FILE, Skill
 from agentworkers.runtime.tools import Toolbox
 
 log = logging.getLogger(__name__)
@@ -61,11 +62,19 @@ class LoopClosed(RuntimeError):
     """The loop was closed, finished or failed: it takes no more messages."""
 
 
-def system_prompt(config: EffectiveConfig) -> str:
+def system_prompt(config: EffectiveConfig, skills: Sequence[Skill] = ()) -> str:
     """The instructions, then each block under a header with its exact name, then the
-    output schema the final answer must match."""
+    skills the run has, then the output schema the final answer must match."""
     parts = [config.instructions.strip()] if config.instructions.strip() else []
     parts += [f"## {block.name}\n\n{block.text.strip()}" for block in config.blocks]
+    if skills:
+        listed = "\n".join(f"- {s.name} ({s.folder}/): {s.description}" for s in skills)
+        parts.append(
+            "## skills\n\nSkills are folders of instructions and scripts, read-only in your "
+            "sandbox. Before you use one, read its SKILL.md (for example with read_file "
+            f'"{skills[0].folder}/{SKILL_FILE}"); run its scripts with run_command, from the '
+            f"sandbox, by their path in the folder.\n\n{listed}"
+        )
     if config.output_schema is not None:
         schema = json.dumps(config.output_schema, indent=2, sort_keys=True)
         parts.append(
@@ -103,6 +112,7 @@ class AgentLoop:
         toolbox: Toolbox,
         bus: EventBus,
         on_status: StatusCallback | None = None,
+        skills: Sequence[Skill] = (),
     ) -> None:
         if config.output_schema is not None:
             schema = config.output_schema
@@ -116,7 +126,7 @@ class AgentLoop:
         self._bus = bus
         self._on_status = on_status
         self._params = Params.from_config(config)
-        prompt = system_prompt(config)
+        prompt = system_prompt(config, skills)
         self._messages = [Message("system", prompt)] if prompt else []
         self._steps = 0
         self._prompt_tokens = 0

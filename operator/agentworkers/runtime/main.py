@@ -38,9 +38,10 @@ from agentworkers.core.spawning import verify_run_start
 from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
-from agentworkers.runtime.events import EventBus, JsonLinesSink
+from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.models import client_for
+from agentworkers.runtime.skills import load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
 
 log = logging.getLogger("agentworkers.runtime")
@@ -222,12 +223,19 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         if status in (DONE, FAILED):
             finished.set()
 
+    skills, problems = load_skills(sandbox, config.skills)
+    for skill, why in problems.items():
+        log.warning("skill %s not loaded: %s", skill, why)
+        bus.publish(
+            EventKind.NOTICE, {"text": f"skill {skill!r} not loaded: {why}", "skill": skill}
+        )
     loop = AgentLoop(
         config,
         client_for(config, _api_key(config), config.script),
         Toolbox.for_config(config, tools),
         bus,
         on_status,
+        skills,
     )
     # The operator sums every run's usage into its tree's (AgentConfig spec.tree.tokenBudget).
     loop.on_usage = lambda prompt, completion: reporter.report(

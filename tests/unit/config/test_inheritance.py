@@ -11,7 +11,7 @@ CONFIG = AgentConfigSpec.model_validate(
     {
         "model": {"model": "big", "maxTokens": 4000, "temperature": 1.0},
         "skills": ["search", "write", "deploy"],
-        "tools": ["shell", "http", "spawn"],
+        "tools": ["run_command", "read_file", "spawn_worker"],
         "mcpServers": [{"name": "git"}, {"name": "prod"}],
         "limits": {"maxSteps": 100, "tokenBudget": 100000},
         "allowedSecrets": ["model-key", "prod-db"],
@@ -24,7 +24,7 @@ PROFILE = Profile(
         model="small",
         temperature=0.2,
         skills=("search",),
-        disabled_tools=("shell",),
+        disabled_tools=("run_command",),
         paused_servers=("prod",),
         max_steps=10,
         token_budget=5000,
@@ -43,8 +43,8 @@ def test_a_grandchild_keeps_no_more_than_the_profile_run() -> None:
     assert own.skills == ("search", "write", "deploy") and own.max_steps == 100
     assert bounded.model == "small" and bounded.temperature == 0.2
     assert bounded.skills == ("search",)
-    assert bounded.tools == ("http", "spawn")
-    assert bounded.disabled_tools == ("shell",)
+    assert bounded.tools == ("read_file", "spawn_worker")
+    assert bounded.disabled_tools == ("run_command",)
     assert bounded.mcp_servers == ("git",) and bounded.paused_servers == ("prod",)
     assert bounded.max_steps == 10 and bounded.token_budget == 5000
     assert bounded.max_tokens == 4000

@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
+from agentworkers.api.agentconfig import BUILTIN_TOOLS, AgentConfigSpec
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.tools import (
     MAX_READ_BYTES,
@@ -188,3 +190,16 @@ def test_planner_tools_call_worker_ops() -> None:
         ("collect", "c1", "60.0"),
         ("kill", "c2", "enough"),
     ]
+
+
+def test_the_runtime_makes_exactly_the_builtin_tools_admission_knows(tmp_path: Path) -> None:
+    made = [t.name for t in (*Sandbox(str(tmp_path)).tools(), *planner_tools(FakeWorkerOps()))]
+    assert sorted(made) == sorted(BUILTIN_TOOLS)
+
+
+def test_an_unknown_tool_name_is_refused_with_the_names_that_exist() -> None:
+    with pytest.raises(pydantic.ValidationError) as refused:
+        AgentConfigSpec.model_validate({"model": {"model": "m"}, "tools": ["web_search"]})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("tools", 0)
+    assert all(repr(name) in error["msg"] for name in BUILTIN_TOOLS)
