@@ -13,8 +13,9 @@ container as a local process, the way a kubelet would run it:
   then its args, from this repository's environment;
 * with the pod's `env`: plain values and the downward API's fieldRef (name, namespace,
   pod IP, service account);
-* its volumes (emptyDir, ConfigMap, Secret) made as local directories, and every
-  argument and env value under a mount path pointed at its directory;
+* its volumes (emptyDir, ConfigMap, Secret) made as local directories (`items`,
+  `defaultMode`, a mount inside another one, as a skill's ConfigMap inside the sandbox),
+  and every argument and env value under a mount path pointed at its directory;
 * listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
   other's ports (kwok's pod IPs are this machine's: hack/localcluster.py puts their range
   on the loopback device);
@@ -154,7 +155,7 @@ class PodRunner:
         else:
             sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
             home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
-        mounts = self.mount_volumes(pod, container, home / "volumes")
+        mounts = self.mount_volumes(pod, container, home / "volumes", sandbox)
         env = {e.name: self.env_value(pod, e) for e in container.env or []}
         env = {k: local(v, mounts, pod) for k, v in env.items() if v is not None}
         command = [local(arg, mounts, pod) for arg in command]
@@ -201,38 +202,54 @@ class PodRunner:
         pod: kubernetes.client.V1Pod,
         container: kubernetes.client.V1Container,
         root: Path,
+        sandbox: Path,
     ) -> dict[str, Path]:
         """Each mounted emptyDir, ConfigMap and Secret volume as a local directory (keys as
-        files, `items` honoured), by the mount path the container sees."""
+        files, `items` and the modes honoured), by the mount path the container sees. The
+        emptyDir at the working directory is `sandbox`; a mount inside another mount (a
+        skill's ConfigMap inside the sandbox) is made inside that one's directory."""
         volumes = {v.name: v for v in pod.spec.volumes or []}
         mounts: dict[str, Path] = {}
-        for mount in container.volume_mounts or []:
+        for mount in sorted(container.volume_mounts or [], key=lambda m: len(m.mount_path)):
             volume = volumes.get(mount.name)
             if volume is None or not (volume.empty_dir or volume.config_map or volume.secret):
                 continue
-            directory = root / mount.name
+            outer = [p for p in mounts if mount.mount_path.startswith(p.rstrip("/") + "/")]
+            if volume.empty_dir and mount.mount_path == container.working_dir:
+                directory = sandbox
+            elif outer:
+                enclosing = max(outer, key=len)
+                directory = mounts[enclosing] / os.path.relpath(mount.mount_path, enclosing)
+            else:
+                directory = root / mount.name
             directory.mkdir(parents=True, exist_ok=True)
             data: dict[str, bytes] = {}
-            items = None
+            source = volume.config_map or volume.secret
             try:
                 if volume.config_map:
                     found = self.core.read_namespaced_config_map(
                         volume.config_map.name, pod.metadata.namespace
                     )
                     data = {k: v.encode() for k, v in (found.data or {}).items()}
-                    items = volume.config_map.items
                 elif volume.secret:
                     found = self.core.read_namespaced_secret(
                         volume.secret.secret_name, pod.metadata.namespace
                     )
                     data = {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
-                    items = volume.secret.items
             except ApiException as e:
+                # A kubelet keeps such a pod waiting unless the volume is optional; the
+                # runner mounts it empty either way, and says so.
                 log.warning("%s/%s: volume %s: %s", *key_of(pod), mount.name, e.reason)
-            paths = {i.key: i.path for i in items} if items else {k: k for k in data}
-            for key, path in paths.items():
+            items = source.items if source else None
+            default_mode = (source.default_mode if source else None) or 0o644
+            files = {i.key: (i.path, i.mode) for i in items} if items else {}
+            files = files or {k: (k, None) for k in data}
+            for key, (path, mode) in files.items():
                 if key in data:
-                    (directory / path).write_bytes(data[key])
+                    target = directory / path
+                    target.unlink(missing_ok=True)  # a restart writes it again, read-only or not
+                    target.write_bytes(data[key])
+                    target.chmod(mode or default_mode)
             mounts[mount.mount_path] = directory
         return mounts
 

@@ -27,6 +27,7 @@ from tests.e2e.support import (
     REPO,
     Cluster,
     Operator,
+    apply_example_skills,
     first_revision,
     install_crds,
     log_excerpt,
@@ -130,8 +131,9 @@ def podrunner(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path
 
 @pytest.fixture
 def planner(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    """The example agent with its profiles, at revision 1."""
+    """The example agent with its profiles and skills, at revision 1."""
     config = copy.deepcopy(CONFIG)
     config["spec"]["allowedSecrets"] = ["model-key"]
+    apply_example_skills(cluster, namespace)
     cluster.apply(namespace, *PROFILES, config)
     return first_revision(cluster, namespace)

@@ -116,6 +116,11 @@ class Cluster:
         )
 
 
+def apply_example_skills(cluster: Cluster, namespace: str) -> None:
+    """The skills the example agent lists, as their ConfigMaps (examples/skills)."""
+    cluster.kubectl("apply", "-n", namespace, "-k", str(EXAMPLES / "skills"))
+
+
 def wait_until(
     what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.2
 ) -> T:

@@ -18,6 +18,7 @@ from tests.e2e.support import (
     CONFIG,
     PROFILES,
     Cluster,
+    apply_example_skills,
     first_revision,
     process_with,
     wait_until,
@@ -33,12 +34,13 @@ def _agent(
     spec: dict[str, Any] | None = None,
     **limits: int,
 ) -> None:
-    """The example agent, its profiles, and a script its workers (children too) follow;
+    """The example agent, its profiles and skills, and a script its workers (children too) follow;
     `spec`: fields of the AgentConfig's spec to replace."""
     config = copy.deepcopy(CONFIG)
     config["spec"]["model"]["script"] = script
     config["spec"]["limits"].update(limits)
     config["spec"].update(spec or {})
+    apply_example_skills(cluster, namespace)
     cluster.kubectl(
         "apply",
         "-n",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agentworkers.api import AgentConfigSpec
 from agentworkers.api.worker import WorkerSpec
@@ -146,3 +147,27 @@ def test_the_prompt_lists_each_skill_with_its_folder() -> None:
         "- research (skills/research/): Find things out.\n"
         "- code-review (skills/code-review/): Review a diff."
     )
+
+
+def test_the_example_skills_load_and_cover_every_skill_the_examples_name(tmp_path: Path) -> None:
+    examples = Path(__file__).parents[3] / "examples"
+    kustomization = yaml.safe_load((examples / "skills" / "kustomization.yaml").read_text())
+    assert kustomization["generatorOptions"]["disableNameSuffixHash"] is True
+    generated = {g["name"]: g["files"] for g in kustomization["configMapGenerator"]}
+    for name, files in generated.items():
+        on_disk = sorted(p.name for p in (examples / "skills" / name).iterdir())
+        assert sorted(f.removeprefix(f"{name}/") for f in files) == on_disk, name
+        mounted(tmp_path, name, {f: (examples / "skills" / name / f).read_text() for f in on_disk})
+    skills, problems = load_skills(str(tmp_path), generated)
+    assert problems == {} and [s.name for s in skills] == list(generated)
+
+    named = set()
+    for path in examples.rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            spec = (doc or {}).get("spec") if isinstance(doc, dict) else None
+            if isinstance(spec, dict):
+                named |= set(spec.get("skills") or ())
+                named |= set((spec.get("overlay") or {}).get("skills") or ())
+                for profile in (spec.get("virtualAgents") or {}).get("profiles") or ():
+                    named |= set(profile.get("overlay", {}).get("skills") or ())
+    assert named and named <= set(generated)
