@@ -5,9 +5,11 @@
 
 1. Brings the local control plane up (building it on first use) and installs the CRDs.
 2. Runs the operator (with its admission webhook) and the local pod runner.
-3. Applies the example agent "planner" with virtual-agent profiles through both doors.
-4. Runs a planner worker that spawns two children with different profiles, collects
-   their outputs, and answers; kills another worker with a reason.
+3. Applies the example skills, and the example agent "planner" with virtual-agent
+   profiles through both doors.
+4. Runs a planner worker that runs a skill's script with run_command, spawns two children
+   with different profiles, collects their outputs, and answers; kills another worker
+   with a reason.
 5. Prints a summary: workers, phases, profile hashes, the kill Event.
 
 The workers use the scripted model by default. With an OpenAI-compatible endpoint
@@ -50,7 +52,17 @@ CHILD_SCRIPT = [
     {"match": "research", "reply": "Three sources agree: the cache is the bottleneck."},
     {"reply": "working on it"},
 ]
+CACHE_DIFF = (
+    "--- a/cache.py\n+++ b/cache.py\n@@ -1,2 +1,3 @@\n-TTL = 60\n+TTL = 300\n"
+    "+MAX_ENTRIES = 10_000\n"
+)
 PLANNER_SCRIPT = [
+    {"thought": "First the shape of the change, with the code-review skill's script."},
+    {"tool": "write_file", "args": {"path": "cache.diff", "content": CACHE_DIFF}},
+    {
+        "tool": "run_command",
+        "args": {"command": ["sh", "skills/code-review/diffstat.sh", "cache.diff"]},
+    },
     {"thought": "Two specialists: a reviewer and a researcher."},
     {
         "tool": "spawn_worker",
@@ -159,6 +171,7 @@ def budget_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubect
             "script": [{"match": ".", "reply": "noted"}],
         },
         instructions="ponder " * 300,
+        skills=[],  # no skills listed in the prompt: every call reads the 300 words only
         limits={"maxSteps": 10},
         tree={"tokenBudget": 1500},
     )
@@ -193,6 +206,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
     config = configured(cluster, yaml.safe_load((examples / "agentconfig.yaml").read_text()))
     config["spec"]["tree"] = {"maxDepth": 1, "maxChildren": 8, "maxLiveDescendants": 20}
+    kubectl("apply", "-n", NAMESPACE, "-k", str(examples / "skills"))
     kubectl("apply", "-n", NAMESPACE, "-f", str(examples / "virtualagentprofiles.yaml"))
     kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(config))
     first_revision(cluster, NAMESPACE)
@@ -212,7 +226,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     print(refused.stderr.strip())
 
     client = Client(cluster.api, NAMESPACE)
-    step("A planner spawns two children with different virtual profiles")
+    step("A planner runs a skill's script, then spawns two children with different profiles")
     script = None if os.environ.get("AGENTWORKERS_OPENAI_BASE_URL") else PLANNER_SCRIPT
     client.spawn(
         "demo-planner",
