@@ -128,6 +128,18 @@ def _open_dir(name: str, dir_fd: int, make: bool) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
+def read_at_most(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes from ``fd``, fewer only at its end (a read may return less)."""
+    chunks, left = [], size
+    while left > 0:
+        chunk = os.read(fd, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def command_env(sandbox: str) -> dict[str, str]:
     """A command's whole environment. Built from nothing, so no model key, token,
     kubeconfig or secret's path reaches it: the runtime's PATH (to find what the image
@@ -142,10 +154,10 @@ def command_env(sandbox: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Output:
-    """What a command wrote to one stream: the first ``cap`` bytes, and how many in all."""
+    """What a command wrote to one stream: its first ``cap`` bytes (and, when there was
+    more, a line saying how much), and whether it was cut."""
 
     text: str
-    total: int
     cut: bool
 
 
@@ -173,7 +185,7 @@ class _Capture:
         cut = self.total > len(self.kept)
         if cut:
             text += f"\n[output cut: {self.total} bytes in all, the first {len(self.kept)} shown]"
-        return Output(text, self.total, cut)
+        return Output(text, cut)
 
 
 def run(argv: list[str], cwd: str, env: dict[str, str], timeout: float, cap: int) -> Completed:

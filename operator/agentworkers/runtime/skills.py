@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from agentworkers.core.pods import SKILLS_DIR
-from agentworkers.runtime.sandbox import Refused, open_beneath
+from agentworkers.runtime.sandbox import Refused, open_beneath, read_at_most
 
 SKILL_FILE = "SKILL.md"
 MAX_SKILL_FILE = 256 * 1024  # read for the front matter; a bigger SKILL.md is refused
@@ -71,7 +71,7 @@ def read_skill(sandbox: str, name: str) -> Skill:
     except (OSError, Refused) as e:
         raise SkillError(f"{path}: {getattr(e, 'strerror', None) or e}") from e
     try:
-        data = os.read(opened.fd, MAX_SKILL_FILE + 1)
+        data = read_at_most(opened.fd, MAX_SKILL_FILE + 1)
     except OSError as e:
         raise SkillError(f"{path}: {e.strerror or e}") from e
     finally:

@@ -148,7 +148,7 @@ class Sandbox:
         # hanging the run; a regular file ignores it.
         with _tool_errors(path), _opened(self.root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
             _regular(fd, path)
-            data = os.read(fd, MAX_READ_BYTES + 1)
+            data = sandbox.read_at_most(fd, MAX_READ_BYTES + 1)
         return {
             "path": path,
             "content": data[:MAX_READ_BYTES].decode("utf-8", "replace"),
