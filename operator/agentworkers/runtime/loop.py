@@ -68,13 +68,15 @@ def system_prompt(config: EffectiveConfig, skills: Sequence[Skill] = ()) -> str:
     parts = [config.instructions.strip()] if config.instructions.strip() else []
     parts += [f"## {block.name}\n\n{block.text.strip()}" for block in config.blocks]
     if skills:
+        # How to use them, with the tools this run has.
+        how = ["Skills are folders of instructions and scripts, read-only in your sandbox."]
+        if "read_file" in config.tools:
+            example = f"{skills[0].folder}/{SKILL_FILE}"
+            how.append(f'Before you use one, read its {SKILL_FILE} (read_file "{example}").')
+        if "run_command" in config.tools:
+            how.append("Run its scripts with run_command, by their path from the sandbox.")
         listed = "\n".join(f"- {s.name} ({s.folder}/): {s.description}" for s in skills)
-        parts.append(
-            "## skills\n\nSkills are folders of instructions and scripts, read-only in your "
-            "sandbox. Before you use one, read its SKILL.md (for example with read_file "
-            f'"{skills[0].folder}/{SKILL_FILE}"); run its scripts with run_command, from the '
-            f"sandbox, by their path in the folder.\n\n{listed}"
-        )
+        parts.append(f"## skills\n\n{' '.join(how)}\n\n{listed}")
     if config.output_schema is not None:
         schema = json.dumps(config.output_schema, indent=2, sort_keys=True)
         parts.append(

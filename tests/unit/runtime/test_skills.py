@@ -135,18 +135,23 @@ def test_skills_load_from_their_front_matter_and_problems_are_named(tmp_path: Pa
     }
 
 
-def test_the_prompt_lists_each_skill_with_its_folder() -> None:
+def test_the_prompt_lists_each_skill_with_its_folder_and_the_tools_to_use() -> None:
     config = resolve(CONFIG, WorkerSpec(agent="planner"))
     assert "## skills" not in system_prompt(config)
-    prompt = system_prompt(
-        config, [Skill("research", "Find things out."), Skill("code-review", "Review a diff.")]
-    )
-    section = prompt[prompt.index("## skills") :]
-    assert 'read_file "skills/research/SKILL.md"' in section
-    assert section.endswith(
+    skills = [Skill("research", "Find things out."), Skill("code-review", "Review a diff.")]
+    prompt = system_prompt(config, skills)
+    assert prompt[prompt.index("## skills") :] == (
+        "## skills\n\nSkills are folders of instructions and scripts, read-only in your "
+        'sandbox. Before you use one, read its SKILL.md (read_file "skills/research/SKILL.md"). '
+        "Run its scripts with run_command, by their path from the sandbox.\n\n"
         "- research (skills/research/): Find things out.\n"
         "- code-review (skills/code-review/): Review a diff."
     )
+    # A run without run_command (a profile disabled it) is not told to use it.
+    profile = Profile(parent="planner", key="r", overlay=Overlay(disabled_tools=("run_command",)))
+    child = resolve(CONFIG, WorkerSpec(agent="planner", parent="p", profile="r"), profile)
+    assert "run_command" not in system_prompt(child, skills)
+    assert "read_file" in system_prompt(child, skills)
 
 
 def test_the_example_skills_load_and_cover_every_skill_the_examples_name(tmp_path: Path) -> None:
