@@ -8,7 +8,14 @@ from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, 
 
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
-from agentworkers.api.provider import ModelProviderSpec
+from agentworkers.api.provider import (
+    PROVIDERS_TEXT,
+    REASONING_API_TEXT,
+    ModelProviderSpec,
+    Provider,
+    ReasoningAPI,
+    reasoning_api_rule,
+)
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     MAX_INSTRUCTIONS_BYTES,
@@ -29,11 +36,8 @@ DEFAULT_MAX_LIVE_DESCENDANTS = 100
 class ModelDefaults(KubeModel):
     """The model a worker of this agent talks to, unless a profile narrows it."""
 
-    provider: StrictStr = Field(
-        default="openai",
-        description="Driver that talks to the model: `openai` (any OpenAI-compatible "
-        "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
-        min_length=1,
+    provider: Provider = Field(
+        default="openai", description=f"Driver that talks to the model: {PROVIDERS_TEXT}."
     )
     model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] | None = Field(
         default=None,
@@ -51,7 +55,8 @@ class ModelDefaults(KubeModel):
     base_url: StrictStr | None = Field(
         default=None,
         alias="baseURL",
-        description="Base URL of the OpenAI-compatible endpoint (e.g. http://vllm:8000/v1).",
+        description="Base URL of the endpoint (e.g. http://vllm:8000/v1 for openai; for "
+        "anthropic, without /v1); omit for the provider's public API.",
     )
     api_key_secret: StrictStr | None = Field(
         default=None,
@@ -70,6 +75,11 @@ class ModelDefaults(KubeModel):
     reasoning_effort: Literal["off", "low", "medium", "high"] | None = Field(
         default=None, description="How hard the model thinks: off, low, medium or high."
     )
+    reasoning_api: ReasoningAPI | None = Field(
+        default=None,
+        alias="reasoningAPI",
+        description=f"{REASONING_API_TEXT} A Worker's own wins.",
+    )
     script: list[dict[str, Any]] | None = Field(
         default=None,
         description="For the scripted provider: the steps it replies with ({reply}, {tool, "
@@ -84,6 +94,10 @@ class ModelDefaults(KubeModel):
             raise ValueError(f"providerRef replaces {named}: set either, not both")
         if self.model is None and self.provider_ref is None:
             raise ValueError("model is required unless a providerRef gives a defaultModel")
+        # (With a providerRef, admission checks the ModelProvider's api.)
+        not_anthropic = self.provider_ref is None and self.provider != "anthropic"
+        if self.reasoning_api is not None and not_anthropic:
+            raise ValueError(reasoning_api_rule(self.provider))
         return self
 
     def with_provider(self, provider: ModelProviderSpec) -> ModelDefaults:
