@@ -19,8 +19,10 @@ as the vendors document them. Point the ``openai`` SDK at ``openai_url`` and the
 Each request takes the next ``Turn`` of ``turns`` (a reply, told once for both
 protocols), else asks ``respond`` (a function of the request's JSON body). A turn can
 also be a fault: an HTTP error status with the vendor's error body and headers, silence
-before any answer (``hang``), a stream cut after some events (``cut_after``), silence
-mid-stream (``stall``), or events spaced out (``gap``). Every request is recorded.
+before any answer (``hang``), a stream cut after some events (``cut_after``: the
+connection closed mid-body, or with ``clean_cut`` the body ended before the stream's last
+event), silence mid-stream (``stall``), or events spaced out (``gap``). Streams come in
+a chunked body on a kept-alive connection, as real servers send them. Every request is recorded.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Turn:
     hang: float = 0.0  # seconds of silence before anything
     cut_after: int | None = None  # events sent before the connection closes
     stall: float = 0.0  # seconds of silence at cut_after, before closing
+    clean_cut: bool = False  # at cut_after, end the body properly (else break it)
     gap: float = 0.0  # seconds between events
 
 
@@ -73,6 +76,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    port: int  # the client's: one per connection
 
 
 class ModelServer:
@@ -139,7 +143,7 @@ class ModelServer:
         body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
         with self._lock:
             headers = {k.lower(): v for k, v in h.headers.items()}
-            self.seen.append(Seen(h.path, headers, body))
+            self.seen.append(Seen(h.path, headers, body, h.client_address[1]))
         turn = self._next(body)
         anthropic = h.path.rstrip("/").endswith("/messages")
         if turn.hang:
@@ -159,32 +163,40 @@ class ModelServer:
         events = (
             _anthropic_events(turn, model)
             if anthropic
-            else _openai_chunks(
-                turn, model, (body.get("stream_options") or {}).get("include_usage")
-            )
+            else openai_chunks(turn, model, (body.get("stream_options") or {}).get("include_usage"))
         )
         self._stream(h, turn, events)
 
     def _stream(self, h: BaseHTTPRequestHandler, turn: Turn, events: Iterator[str]) -> None:
+        """Server-sent events in a chunked body, the connection kept for the next request
+        as a real server does; a cut closes it without the last chunk."""
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Cache-Control", "no-cache")
-        h.send_header("Connection", "close")  # the body ends when the connection does
+        h.send_header("Transfer-Encoding", "chunked")
         for name, value in turn.headers.items():
             h.send_header(name, value)
         h.end_headers()
-        h.close_connection = True
         try:
+            events = list(events)
             for sent, event in enumerate(events):
                 if turn.cut_after is not None and sent >= turn.cut_after:
+                    h.wfile.flush()
                     self._stop.wait(turn.stall)
+                    if turn.clean_cut:  # the body ends well, the stream too soon
+                        h.wfile.write(b"0\r\n\r\n")
+                    h.close_connection = True
                     return
                 if sent and turn.gap and self._stop.wait(turn.gap):
                     return
-                h.wfile.write(event.encode())
+                data = event.encode()
+                # The last event and the body's end in one write, as a buffered server
+                # sends them.
+                end = b"0\r\n\r\n" if sent == len(events) - 1 else b""
+                h.wfile.write(b"%x\r\n%s\r\n%s" % (len(data), data, end))
                 h.wfile.flush()
         except OSError:
-            return  # the client hung up
+            h.close_connection = True  # the client hung up
 
 
 def _json(h: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]) -> None:
@@ -257,7 +269,8 @@ def _openai_completion(turn: Turn, model: str) -> dict[str, Any]:
     return reply
 
 
-def _openai_chunks(turn: Turn, model: str, include_usage: bool) -> Iterator[str]:
+def openai_chunks(turn: Turn, model: str, include_usage: bool) -> Iterator[str]:
+    """A turn as chat.completion.chunk events (``data: ...`` lines), ``[DONE]`` last."""
     created = int(time.time())
 
     def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> str:

@@ -139,8 +139,13 @@ class AnthropicMessages:
                 "ModelProvider's) apiKeySecret, a Secret with key apiKey"
             )
         body = self.request(messages, tools, params)
-        create = cast(Any, self._client.messages.create)  # its overloads want literals
-        return self._call(lambda: create(**body), lambda stream: _collect(stream, messages))
+        return self._call(
+            # cast: create's overloads want a literal `stream`.
+            lambda retries: cast(
+                Any, self._client.with_options(max_retries=retries)
+            ).messages.create(**body),
+            lambda stream: _collect(stream, messages),
+        )
 
 
 def _thinking(api: str | None, effort: str | None, max_tokens: int) -> dict[str, Any] | None:

@@ -126,7 +126,9 @@ class OpenAIChat:
     def complete(self, messages: list[Message], tools: list[ToolSpec], params: Params) -> Reply:
         body = self.request(messages, tools, params)
         return self._call(
-            lambda: self._client.chat.completions.create(**body, extra_headers=self._headers),
+            lambda retries: self._client.with_options(max_retries=retries).chat.completions.create(
+                **body, extra_headers=self._headers
+            ),
             lambda stream: _collect(stream, messages),
         )
 

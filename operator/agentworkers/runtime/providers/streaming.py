@@ -2,6 +2,7 @@
 
 Each vendor's SDK opens the stream: it retries 408, 409, 429 and 5xx answers, timeouts
 and refused connections itself (with its backoff and jitter, honouring a Retry-After).
+The call's requests, the SDK's and these retries together, are at most ``retries + 1``.
 A Retry-After longer than ``max_retry_after`` (30 s) is cut to it before the SDK reads
 it (the anthropic SDK would wait for any, an hour included): a worker waits its turn,
 not its deadline. Once a stream has begun the SDK
@@ -15,6 +16,7 @@ HTTP requests the call made when more than one.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -72,7 +74,8 @@ class Attempts:
 
 class StreamedCall:
     """Runs one model call: ``start`` opens the stream (the SDK retrying), ``collect``
-    reads it to a Reply (raising StreamCut or the SDK's errors when it breaks)."""
+    reads it to a Reply (raising StreamCut or the SDK's errors when it breaks). A stream
+    cut is retried after ``backoff``, doubling with each cut of the call."""
 
     def __init__(
         self,
@@ -92,12 +95,14 @@ class StreamedCall:
         self._backoff = backoff
         self._sleep = sleep
 
-    def __call__(self, start: Callable[[], T], collect: Callable[[T], Reply]) -> Reply:
+    def __call__(self, start: Callable[[int], T], collect: Callable[[T], Reply]) -> Reply:
+        """``start(retries)``: open the stream, the SDK retrying at most ``retries`` times,
+        what is left of the call's bound (its requests so far count against it)."""
         self.attempts.count = 0
         e = self._errors
-        for attempt in range(self._retries + 1):
+        for cut in itertools.count():
             try:
-                stream = start()
+                stream = start(max(self._retries - self.attempts.count, 0))
             except e.status as error:
                 raise self._status_error(error) from error
             except e.timeout as error:
@@ -109,10 +114,10 @@ class StreamedCall:
             # Mid-stream, which the SDK retries never: a cut, a transport error (the
             # anthropic SDK lets httpx's through), an error event (e.g. overloaded).
             except (StreamCut, httpx2.TransportError, e.api) as error:
-                if attempt == self._retries:
+                if self.attempts.count > self._retries:
                     raise self._error(f"cut its reply short ({self._cut(error)})") from error
-                self._sleep(self._backoff * 2**attempt)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                self._sleep(self._backoff * 2**cut)
+        raise AssertionError("unreachable: the loop returns or raises")
 
     def _error(self, what: str, status: int | None = None, body: str = "") -> ModelError:
         return ModelError(f"model endpoint {self.url} {what}{self.attempts.said()}", status, body)
