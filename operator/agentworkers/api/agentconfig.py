@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
@@ -94,11 +102,16 @@ class ModelDefaults(KubeModel):
             raise ValueError(f"providerRef replaces {named}: set either, not both")
         if self.model is None and self.provider_ref is None:
             raise ValueError("model is required unless a providerRef gives a defaultModel")
-        # (With a providerRef, admission checks the ModelProvider's api.)
-        not_anthropic = self.provider_ref is None and self.provider != "anthropic"
-        if self.reasoning_api is not None and not_anthropic:
-            raise ValueError(reasoning_api_rule(self.provider))
         return self
+
+    @field_validator("reasoning_api")
+    @classmethod
+    def _reasoning_api_with_anthropic(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # With a providerRef, admission checks the ModelProvider's api.
+        provider = info.data.get("provider", "openai")
+        if value is not None and info.data.get("provider_ref") is None and provider != "anthropic":
+            raise ValueError(reasoning_api_rule(provider))
+        return value
 
     def with_provider(self, provider: ModelProviderSpec) -> ModelDefaults:
         """These defaults with the referenced provider's api, endpoint, key and model."""

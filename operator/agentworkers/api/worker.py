@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictInt, StrictStr, ValidationInfo, field_validator
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
@@ -120,12 +120,14 @@ class WorkerSpec(KubeModel):
         "Clearing it starts the run, which verifies the binding first.",
     )
 
-    @model_validator(mode="after")
-    def _reasoning_api_with_anthropic(self) -> Self:
+    @field_validator("reasoning_api")
+    @classmethod
+    def _reasoning_api_with_anthropic(cls, value: str | None, info: ValidationInfo) -> str | None:
         # The AgentConfig's provider, when this spec names none, is admission's to check.
-        if self.reasoning_api is not None and self.provider not in (None, "anthropic"):
-            raise ValueError(reasoning_api_rule(self.provider))
-        return self
+        provider = info.data.get("provider")
+        if value is not None and provider not in (None, "anthropic"):
+            raise ValueError(reasoning_api_rule(provider))
+        return value
 
     deadline_seconds: StrictInt | None = Field(
         default=None,
