@@ -4,24 +4,29 @@
 
 ``FaultyModelEndpoint`` is a fake OpenAI-compatible chat-completions server on
 127.0.0.1 (a random port), scripted per run and per request: each request a run makes
-takes the next fault of that run's script (an ``ok`` once the script is spent):
+takes the next fault of that run's script (an ``ok`` once the script is spent). Replies
+stream as the runtime asks (server-sent ``chat.completion.chunk`` events, usage last,
+``tests/model_servers.py`` writes them):
 
 - ``ok``: a reply with its usage (``PROMPT_TOKENS`` + ``COMPLETION_TOKENS``): a
   ``list_files`` call while the request carries fewer tool results than the run's
   ``tools``, then the run's answer (``answer <run>``), as a model would, whatever the
   retries before it;
+- ``slow``: the same reply, its events ``seconds`` apart: each within the client's
+  timeout, the whole past it (no fault for a streaming client: it must succeed);
 - ``429``: Too Many Requests with a ``Retry-After``; ``500``; ``400`` (not retryable);
 - ``hang``: no answer for ``seconds``, then the connection closed;
-- ``cut``: a 200 whose body stops half-way (its Content-Length is the whole), then closed;
-- ``drip``: a 200 whose body comes a byte at a time, each within the client's socket
-  timeout, the whole far past it.
+- ``cut``: a 200 whose stream stops half-way, the connection closed mid-body;
+- ``stall``: a 200 whose stream stops half-way, then silence for ``seconds`` (past the
+  client's timeout).
 
 Each request's arrival (and when the server finished answering it) is recorded, so the
 scenario can check the waits between attempts.
 
 Scenario "model endpoint faults" (``model_endpoint_faults``) runs the real runtime, in
-process: an ``AgentLoop`` with an ``OpenAIChatClient`` per run, each against its own
-script of faults (within the retry bound, past it, a 400, a token budget), all at once.
+process: an ``AgentLoop`` with an ``OpenAIChat`` driver (the ``openai`` SDK) per run,
+each against its own script of faults (within the retry bound, past it, a 400, a token
+budget), all at once.
 Invariants (all expected 0), checked on what a user sees (the status the loop reports,
 its output or error) and on what the server saw:
 
@@ -30,9 +35,11 @@ its output or error) and on what the server saw:
 - a failure whose error does not name its cause (``HTTP 429``, ``HTTP 500``,
   ``HTTP 400``, ``did not answer within``, ``cut its reply short``, ``token_budget``);
 - attempts other than the bound implies (a retryable fault not retried, a 400
-  retried, more than ``retries`` retries);
-- a retry sooner than its wait (Retry-After, capped, or the exponential backoff) or
-  much later (more than ``SLACK`` after it: a Retry-After past the cap not capped);
+  retried, more than ``retries`` retries in all, the SDK's and the runtime's);
+- a retry sooner than its wait or much later (more than ``SLACK`` after it: a
+  Retry-After past the cap not capped). The wait: the server's Retry-After, capped;
+  else after a cut or a stall the runtime's backoff (doubling per cut of the call), else
+  the SDK's (0.5 s doubling per retry of its request, less up to a quarter of jitter);
 - tokens counted other than once per reply received (a retried call counted twice, a
   cut reply counted);
 - a model call made after the run's token budget was spent;
@@ -62,16 +69,18 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "operator"))
 
 from bench.faults import Report  # noqa: E402
+from tests.model_servers import Call, Turn, openai_chunks  # noqa: E402
 
 from agentworkers.core.effective import EffectiveConfig  # noqa: E402
 from agentworkers.runtime.events import EventBus  # noqa: E402
 from agentworkers.runtime.loop import DONE, FAILED, AgentLoop  # noqa: E402
-from agentworkers.runtime.models import OpenAIChatClient  # noqa: E402
+from agentworkers.runtime.providers import OpenAIChat  # noqa: E402
 from agentworkers.runtime.tools import Sandbox, Toolbox  # noqa: E402
 
 PROMPT_TOKENS = 100
 COMPLETION_TOKENS = 20
 USAGE = PROMPT_TOKENS + COMPLETION_TOKENS
+PARTS = (PROMPT_TOKENS, COMPLETION_TOKENS)
 SLACK = 1.0  # how much later than its wait a retry may come (a loaded machine)
 EARLY = 0.02  # clock and scheduling tolerance for "sooner than its wait"
 # A timeout runs on the client's clock, from when it sent its request: the server sees
@@ -88,28 +97,32 @@ MODEL_INVARIANTS = (
     "call past the token budget",
     "run hung",
 )
-RETRYABLE = ("429", "500", "hang", "cut", "drip")
+RETRYABLE = ("429", "500", "hang", "cut", "stall")
+ANSWERS = ("ok", "slow")
 CAUSES = {
     "429": "HTTP 429",
     "500": "HTTP 500",
     "400": "HTTP 400",
     "hang": "did not answer within",
-    "drip": "did not answer within",
+    "stall": "cut its reply short",
     "cut": "cut its reply short",
     "budget": "token_budget",
 }
+# The openai SDK's own backoff (its _constants): 0.5 s doubling, at most 8 s, less up to
+# a quarter of jitter.
+SDK_BACKOFF, SDK_MAX_BACKOFF, SDK_JITTER = 0.5, 8.0, 0.25
 
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # ok, 429, 500, 400, hang, cut, drip
+    kind: str  # ok, slow, 429, 500, 400, hang, cut, stall
     retry_after: str | None = None  # 429's Retry-After header
-    seconds: float = 0.0  # hang: how long; drip: the gap between bytes
+    seconds: float = 0.0  # hang, stall: how long; slow: the gap between events
 
     def __str__(self) -> str:
         if self.kind == "429" and self.retry_after is not None:
             return f"429 (Retry-After {self.retry_after})"
-        if self.kind in ("hang", "drip"):
+        if self.kind in ("hang", "stall", "slow"):
             return f"{self.kind} {self.seconds:g} s"
         return self.kind
 
@@ -124,7 +137,7 @@ class Arrival:
     at: float  # monotonic, when its connection was accepted
     fault: Fault
     call: int  # messages in the request: the same for a call's retries
-    ended: float = 0.0  # when the server began its answer (or gave up)
+    ended: float = 0.0  # when the server began its answer, or stopped it (cut, stall)
     delivered: int = 0  # tokens of a reply sent whole, else 0
 
 
@@ -165,7 +178,7 @@ class FaultyModelEndpoint:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()  # hanging and dripping answers give up
+        self._stop.set()  # hanging and stalling answers give up
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
@@ -201,36 +214,31 @@ class FaultyModelEndpoint:
             _send(h, int(fault.kind), {"error": {"message": f"injected {fault}"}}, headers)
             return
         answered = sum(1 for m in body["messages"] if m["role"] == "tool")
-        message: dict[str, Any] = (
-            {"content": None, "tool_calls": [_tool_call(answered)]}
+        turn = (
+            Turn(calls=(Call("list_files", "{}", f"call_{answered}"),), usage=PARTS)
             if answered < run.tools
-            else {"content": f"answer {name}"}
+            else Turn(text=f"answer {name}", usage=PARTS)
         )
-        reply = {
-            "choices": [{"index": 0, "message": {"role": "assistant", **message}}],
-            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS},
-        }
-        data = json.dumps(reply).encode()
+        events = list(openai_chunks(turn, body["model"], True))
+        half = len(events) // 2
         arrival.ended = time.monotonic()
-        if fault.kind == "cut":
-            _send_head(h, 200, len(data), {})
-            h.wfile.write(data[: len(data) // 2])
-            h.wfile.flush()
-            return  # closed after half the body
-        if fault.kind == "drip":
-            _send_head(h, 200, len(data), {})
-            for i in range(len(data)):
-                if self._stop.wait(fault.seconds):
-                    return
-                # Counted before its last byte goes: the client may act on it at once.
-                arrival.delivered = USAGE if i == len(data) - 1 else 0
-                if not _write(h, data[i : i + 1]):
-                    arrival.delivered = 0
-                    return  # the client gave up: it hung up
+        if not _stream_head(h):
             return
-        arrival.delivered = USAGE
-        if not _send(h, 200, reply, {}):
-            arrival.delivered = 0
+        for i, event in enumerate(events):
+            if fault.kind in ("cut", "stall") and i == half:
+                arrival.ended = time.monotonic()
+                if fault.kind == "stall":
+                    self._stop.wait(fault.seconds)
+                return  # closed mid-body, without the last chunk
+            if i and fault.kind == "slow" and self._stop.wait(fault.seconds):
+                return
+            # Counted before its last event goes: the client may act on it at once.
+            arrival.delivered = USAGE if i == len(events) - 1 else 0
+            data = event.encode()
+            end = b"0\r\n\r\n" if i == len(events) - 1 else b""
+            if not _write(h, b"%x\r\n%s\r\n%s" % (len(data), data, end)):
+                arrival.delivered = 0
+                return  # the client gave up: it hung up
 
 
 class _Server(ThreadingHTTPServer):
@@ -249,14 +257,6 @@ class _Server(ThreadingHTTPServer):
         return connection, address
 
 
-def _tool_call(index: int) -> dict[str, Any]:
-    return {
-        "id": f"call_{index}",
-        "type": "function",
-        "function": {"name": "list_files", "arguments": "{}"},
-    }
-
-
 def _send_head(
     h: BaseHTTPRequestHandler, status: int, length: int, headers: dict[str, str]
 ) -> None:
@@ -267,6 +267,19 @@ def _send_head(
     for name, value in headers.items():
         h.send_header(name, value)
     h.end_headers()
+
+
+def _stream_head(h: BaseHTTPRequestHandler) -> bool:
+    """A 200 with a chunked event stream; False when the client hung up."""
+    try:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Connection", "close")
+        h.end_headers()
+    except OSError:
+        return False
+    return True
 
 
 def _send(h: BaseHTTPRequestHandler, status: int, body: Any, headers: dict[str, str]) -> bool:
@@ -290,27 +303,33 @@ def _write(h: BaseHTTPRequestHandler, data: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
-    """The clients' settings: ``timeout`` per attempt, ``retries``, ``backoff`` (doubling
-    each retry) and the cap on a server's Retry-After."""
+    """The clients' settings: ``timeout`` (of silence), ``retries`` (in all, per call),
+    the runtime's ``backoff`` after a cut (doubling each cut) and the cap on a server's
+    Retry-After."""
 
     timeout: float = 0.5
     retries: int = 3
     backoff: float = 0.05
     max_retry_after: float = 1.5
 
-    def wait(self, attempt: int, after: Fault) -> float:
-        """The wait before retry ``attempt + 1`` of a call whose attempt ``attempt``
-        (from 0) met ``after``."""
+    def wait(self, after: Fault, sdk: int, cuts: int) -> tuple[float, float]:
+        """The least and the most wait before the retry of a request that met ``after``,
+        the SDK having retried ``sdk`` times since it opened its request and the runtime
+        ``cuts`` times in this call."""
+        if after.kind in ("cut", "stall"):
+            ours = float(self.backoff * 2**cuts)
+            return ours, ours
         if after.retry_after is not None:
-            return min(float(after.retry_after), self.max_retry_after)
-        return float(self.backoff * 2**attempt)
+            capped = min(float(after.retry_after), self.max_retry_after)
+            return capped, capped
+        most = min(SDK_BACKOFF * 2**sdk, SDK_MAX_BACKOFF)
+        return most * (1 - SDK_JITTER), most
 
     def bound(self, faults: list[Fault], calls: int) -> float:
         """How long a run may take, at most: each fault's time and wait, and its calls."""
-        spent = sum(self.timeout + (self.max_retry_after if f.retry_after else 0) for f in faults)
-        return float(
-            spent + calls * self.timeout + self.backoff * 2**self.retries * len(faults) + 5
-        )
+        most_wait = max(self.max_retry_after, SDK_MAX_BACKOFF, self.backoff * 2**self.retries)
+        spent = sum(self.timeout + most_wait + 10 * f.seconds for f in faults)
+        return float(spent + calls * self.timeout + 5)
 
 
 @dataclass(frozen=True)
@@ -333,7 +352,7 @@ class Plan:
             for attempt in range(retries + 1):
                 fault = faults.pop(0) if faults else OK
                 requests += 1
-                if fault.kind == "ok":
+                if fault.kind in ANSWERS:
                     break
                 if fault.kind not in RETRYABLE or attempt == retries:
                     return FAILED, CAUSES[fault.kind], requests, tokens
@@ -353,10 +372,10 @@ def plans(runs: int, settings: Settings, rng: random.Random) -> list[Plan]:
     def make(kind: str) -> Fault:
         if kind == "429":
             return Fault("429", rng.choice(["1", "3600", None]))
-        if kind == "hang":
-            return Fault("hang", seconds=settings.timeout * 3)
-        if kind == "drip":
-            return Fault("drip", seconds=settings.timeout * 0.6)
+        if kind in ("hang", "stall"):
+            return Fault(kind, seconds=settings.timeout * 3)
+        if kind == "slow":
+            return Fault("slow", seconds=settings.timeout * 0.6)
         return Fault(kind)
 
     def fault() -> Fault:
@@ -365,7 +384,8 @@ def plans(runs: int, settings: Settings, rng: random.Random) -> list[Plan]:
     def within(calls: int) -> list[Fault]:
         faults: list[Fault] = []
         for _ in range(calls):
-            faults += [fault() for _ in range(rng.randint(0, settings.retries))] + [OK]
+            answer = make("slow") if rng.random() < 0.2 else OK
+            faults += [fault() for _ in range(rng.randint(0, settings.retries))] + [answer]
         return faults
 
     out = []
@@ -396,11 +416,11 @@ def model_endpoint_faults(
     settings = settings or Settings()
     seed = random.randrange(2**32) if seed is None else seed
     workload = plans(runs, settings, random.Random(seed))
-    injected = sum(1 for p in workload for f in p.faults if f.kind != "ok")
+    injected = sum(1 for p in workload for f in p.faults if f.kind not in ANSWERS)
     report = Report(
         "model endpoint faults",
         f"{runs} runs of the agent loop (seed {seed}), {injected} faults (429, 500, 400, "
-        f"hang, cut, drip), {settings.retries} retries, timeout {settings.timeout:g} s",
+        f"hang, cut, stall, slow), {settings.retries} retries, timeout {settings.timeout:g} s",
         MODEL_INVARIANTS,
     )
     ends: dict[str, float] = {}
@@ -419,7 +439,7 @@ def model_endpoint_faults(
             (a.at, a, p.name)
             for p in workload
             for a in endpoint.arrivals(p.name)
-            if a.fault.kind != "ok"
+            if a.fault.kind not in ANSWERS
         ]
         served.sort(key=lambda s: s[0])
         report.faults = [
@@ -441,7 +461,7 @@ def _run(
         tools=("list_files",),
         token_budget=plan.budget,
     )
-    client = OpenAIChatClient(
+    client = OpenAIChat(
         endpoint.url(plan.name),
         "sk-faults",
         "fake",
@@ -501,20 +521,30 @@ def _run(
 def _check_waits(name: str, arrivals: list[Arrival], s: Settings, report: Report) -> None:
     """Each retry (a request of the same call as the one before) comes no sooner than its
     wait after the failed attempt, and not much later."""
-    attempt = 0
+    attempt = sdk = cuts = 0
     for before, after in itertools.pairwise(arrivals):
-        if after.call != before.call or before.fault.kind == "ok":
-            attempt = 0
+        if after.call != before.call or before.fault.kind in ANSWERS:
+            attempt = sdk = cuts = 0
             continue
-        wait = s.wait(attempt, before.fault)
-        # A hang or a drip fails when the client's timeout runs out; the rest at once.
-        timed_out = before.fault.kind in ("hang", "drip")
-        failed = before.at + s.timeout if timed_out else before.ended
+        least, most = s.wait(before.fault, sdk, cuts)
+        if before.fault.kind in ("cut", "stall"):
+            cuts, sdk = cuts + 1, 0  # the runtime opens a new request: the SDK's count anew
+        else:
+            sdk += 1
+        # A hang fails when the client's timeout runs out after its request, a stall
+        # after its last event; the rest at once.
+        timed_out = before.fault.kind in ("hang", "stall")
+        failed = (before.at if before.fault.kind == "hang" else before.ended) + (
+            s.timeout if timed_out else 0
+        )
         gap = after.at - failed
-        what = f"{name}: retry {attempt + 1} {gap:.2f} s after {before.fault}, wait {wait:.2f} s"
-        if gap < wait - (EARLY_AFTER_TIMEOUT if timed_out else EARLY):
+        what = (
+            f"{name}: retry {attempt + 1} {gap:.2f} s after {before.fault}, "
+            f"wait {least:.2f}-{most:.2f} s"
+        )
+        if gap < least - (EARLY_AFTER_TIMEOUT if timed_out else EARLY):
             report.violations["retry sooner than its wait"].append(what)
-        elif gap > wait + SLACK:
+        elif gap > most + SLACK:
             report.violations["retry far past its wait"].append(what)
         attempt += 1
 

@@ -36,12 +36,14 @@ Warning Event, and the same reason to whoever collects it; every other run stays
 run gets a second pod.
 
 Scenario "model endpoint faults" (`--model-runs 40`, no cluster needed:
-`bench/fault_model_endpoint.py`): runs of the worker runtime's agent loop and model client,
+`bench/fault_model_endpoint.py`): runs of the worker runtime's agent loop and openai driver,
 in process, against a fake chat-completions server that answers 429 with Retry-After, 500,
-400, nothing (hangs), a body cut half-way, a body that trickles in. Invariants: each run
-ends as its faults imply (Done with its answer, or Failed naming the cause), retries
-bounded and spaced by Retry-After (capped) or the backoff, tokens counted once per reply
-received, no call past the token budget, no run hung.
+400, nothing (hangs), a stream cut half-way, a stream that stalls half-way, a stream that
+comes slowly (each event within the timeout, the whole past it: it must succeed).
+Invariants: each run ends as its faults imply (Done with its answer, or Failed naming the
+cause), retries bounded and spaced by Retry-After (capped) or the backoff (the SDK's or,
+after a cut, the runtime's), tokens counted once per reply received, no call past the
+token budget, no run hung.
 
 Scenario "network faults" (`bench/fault_network.py`): the operator and the runtimes reach
 the API server through a proxy that drops connections, blackholes them (healing, or leaving

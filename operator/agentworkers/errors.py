@@ -92,6 +92,12 @@ class SecretNotAllowedError(RuleError):
     reason = "SecretNotAllowed"
 
 
+class ReasoningAPIUnsupportedError(RuleError):
+    """reasoningAPI (Anthropic's thinking) on a run whose provider is not anthropic."""
+
+    reason = "ReasoningAPIUnsupported"
+
+
 class TooManyProfilesError(RuleError):
     """A standalone profile that came after the agent's map was full."""
 

@@ -55,6 +55,10 @@ def _worker(name: str, **spec: Any) -> dict[str, Any]:
     return _obj("Worker", name, {"agent": "planner", **spec})
 
 
+def _provider(name: str, **spec: Any) -> dict[str, Any]:
+    return _obj("ModelProvider", name, spec)
+
+
 def _revision(name: str, **spec: Any) -> dict[str, Any]:
     base = {
         "agent": "planner",
@@ -96,6 +100,16 @@ MUTATIONS: dict[str, list[Mutation]] = {
         lambda r, n: (_config(n, skills=[r.randint(0, 9)]), "spec.skills[0]"),
         lambda r, n: (_config(n, skills=["ok", _word(r).upper()]), "spec.skills[1]"),
         lambda r, n: (_config(n, tools=["read_file", _word(r)]), "spec.tools[1]"),
+        # An unknown provider: refused by the schema's enum, never a pod's traceback.
+        lambda r, n: (
+            _config(n, model={"model": "m", "provider": _word(r)}),
+            "spec.model.provider",
+        ),
+        # Anthropic's thinking with another provider (the webhook).
+        lambda r, n: (
+            _config(n, model={"model": "m", "provider": "openai", "reasoningAPI": "enabled"}),
+            "spec.model.reasoningAPI",
+        ),
         lambda r, n: (
             _config(n, virtualAgents={"profiles": [{"key": "k", "overlay": {"maxSteps": 0}}]}),
             "spec.virtualAgents.profiles[0].overlay.maxSteps",
@@ -126,6 +140,14 @@ MUTATIONS: dict[str, list[Mutation]] = {
         lambda r, n: (_worker(n, profile=_word(r)), "spec.profile needs spec.parent"),
         lambda r, n: (_worker(n, kind=_word(r)), "spec.kind"),
         lambda r, n: (_worker(n, reasoning=_word(r)), "spec.reasoning"),
+        lambda r, n: (_worker(n, provider=_word(r)), "spec.provider"),
+        # Thinking with the Worker's own provider not anthropic (CEL), or with its agent's
+        # (the webhook: the planner's is scripted).
+        lambda r, n: (
+            _worker(n, provider=r.choice(["openai", "scripted"]), reasoningAPI="adaptive"),
+            "spec.reasoningAPI",
+        ),
+        lambda r, n: (_worker(n, reasoningAPI="enabled"), "spec.reasoningAPI"),
         lambda r, n: (_worker(n, deadlineSeconds=r.randint(-99, 0)), "spec.deadlineSeconds"),
         lambda r, n: (_worker(n + "-" + "n" * r.randint(64, 90)), "metadata.name"),
         lambda r, n: (
@@ -144,6 +166,10 @@ MUTATIONS: dict[str, list[Mutation]] = {
             ),
             "metadata.annotations[agentworkers.io/binding]",
         ),
+    ],
+    "ModelProvider": [
+        lambda r, n: (_provider(n, api=_word(r)), "spec.api"),
+        lambda r, n: (_provider(n, endpoint=""), "spec.endpoint"),
     ],
     "AgentConfigRevision": [
         lambda r, n: (_revision(n, digest=_word(r, 64)), "spec.digest"),
@@ -167,6 +193,7 @@ PLURALS = {
     "AgentConfig": "agentconfigs",
     "VirtualAgentProfile": "virtualagentprofiles",
     "Worker": "workers",
+    "ModelProvider": "modelproviders",
     "AgentConfigRevision": "agentconfigrevisions",
 }
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-import http.server
 import json
 import os
 import signal
-import threading
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -23,6 +21,7 @@ from tests.e2e.support import (
     process_with,
     wait_until,
 )
+from tests.model_servers import Call, ModelServer, Turn
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -254,81 +253,60 @@ def test_a_runtime_killed_by_a_signal_fails_its_run_loud_and_collect_says_why(
     assert (result.phase, result.error) == ("Failed", said)
 
 
-class _ChatCompletions(http.server.BaseHTTPRequestHandler):
-    """A minimal OpenAI-compatible endpoint: a tool call first, then an answer."""
-
-    seen: ClassVar[list[dict[str, Any]]] = []
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append({"auth": self.headers.get("Authorization"), "body": request})
-        if not any(m["role"] == "tool" for m in request["messages"]):
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {
-                            "name": "write_file",
-                            "arguments": '{"path": "plan.md", "content": "1. ship"}',
-                        },
-                    }
-                ],
-            }
-        else:
-            message = {"role": "assistant", "content": "wrote the plan"}
-        body = json.dumps(
-            {"choices": [{"message": message}], "usage": {"total_tokens": 42}}
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_: Any) -> None:
-        pass
+def _plan_writer(body: dict[str, Any]) -> Turn:
+    """A model that writes the plan with a tool, then says so (either protocol)."""
+    wire = json.dumps(body["messages"])
+    if '"role": "tool"' in wire or '"tool_result"' in wire:
+        return Turn(text="wrote the plan", usage=(30, 12))
+    write = Call("write_file", '{"path": "plan.md", "content": "1. ship"}', id="call_1")
+    return Turn(calls=(write,), thinking="a plan needs a file", usage=(20, 10))
 
 
-def test_a_run_against_an_openai_compatible_endpoint_with_its_key_from_a_secret(
-    cluster: Cluster, namespace: str, client: Client
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_run_against_a_vendor_endpoint_with_its_key_from_a_secret(
+    provider: str, cluster: Cluster, namespace: str, client: Client
 ) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ChatCompletions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    """The runtime in its pod, through the vendor's SDK, streaming, against a loopback
+    server that speaks the vendor's protocol: a tool call, its result, the answer."""
+    with ModelServer(_plan_writer) as server:
         cluster.kubectl(
-            "create",
-            "secret",
-            "generic",
-            "model-key",
-            "-n",
-            namespace,
+            "create", "secret", "generic", "model-key", "-n", namespace,
             "--from-literal=apiKey=sk-test-123",
-        )
+        )  # fmt: skip
         config = copy.deepcopy(CONFIG)
         config["spec"]["model"].update(
-            provider="openai",
-            baseURL=f"http://127.0.0.1:{server.server_port}/v1",
+            provider=provider,
+            baseURL=server.openai_url if provider == "openai" else server.anthropic_url,
             apiKeySecret="model-key",
         )
+        if provider == "anthropic":
+            config["spec"]["model"]["reasoningAPI"] = "enabled"
         cluster.apply(namespace, config)
         first_revision(cluster, namespace)
         client.spawn("real", WorkerSpec(agent="planner", initial_message="write the plan"))
         info = _settled(client, "real", "Done")
-    finally:
-        server.shutdown()
+        first, second = server.seen
     assert info.status.output == "wrote the plan"
-    first = _ChatCompletions.seen[0]
-    assert first["auth"] == "Bearer sk-test-123"
-    assert first["body"]["model"] == "demo-large" and first["body"]["max_tokens"] == 4096
-    offered = {t["function"]["name"] for t in first["body"]["tools"]}
+    assert info.status.tokens_used is not None
+    assert (info.status.tokens_used.total, info.status.tokens_used.estimated) == (72, 0)
+    assert "thought" in [e.kind for e in info.status.recent_events]
+    key = first.headers.get("authorization", "") + first.headers.get("x-api-key", "")
+    assert "sk-test-123" in key
+    assert first.body["model"] == "demo-large" and first.body["stream"] is True
+    assert first.body["max_tokens"] == 4096
+    if provider == "openai":
+        offered = {t["function"]["name"] for t in first.body["tools"]}
+        tool_reply = next(m for m in second.body["messages"] if m["role"] == "tool")
+        assert tool_reply["tool_call_id"] == "call_1" and "plan.md" in tool_reply["content"]
+    else:
+        offered = {t["name"] for t in first.body["tools"]}
+        # reasoningAPI enabled, effort medium (the example's): half of maxTokens.
+        assert first.body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+        thinking, use = second.body["messages"][1]["content"]
+        assert (thinking["type"], use["type"], use["id"]) == ("thinking", "tool_use", "call_1")
+        result = second.body["messages"][2]["content"][0]
+        assert result["tool_use_id"] == "call_1" and "plan.md" in result["content"]
     assert "write_file" in offered and "spawn_worker" in offered
-    tool_reply = next(
-        m for m in _ChatCompletions.seen[1]["body"]["messages"] if m["role"] == "tool"
-    )
-    assert tool_reply["tool_call_id"] == "call_1" and "plan.md" in tool_reply["content"]
 
 
 def _events(cluster: Cluster, namespace: str, reason: str) -> list[dict[str, Any]]:

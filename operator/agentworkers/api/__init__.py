@@ -177,6 +177,12 @@ WORKER = Resource(
             "fieldPath": ".spec.parent",
         },
         {
+            "rule": "!has(self.spec.reasoningAPI) || !has(self.spec.provider) || "
+            "self.spec.provider == 'anthropic'",
+            "message": "spec.reasoningAPI is Anthropic's thinking: it needs provider anthropic",
+            "fieldPath": ".spec.reasoningAPI",
+        },
+        {
             "rule": "!has(oldSelf.spec.kill) || "
             "(has(self.spec.kill) && self.spec.kill == oldSelf.spec.kill)",
             "message": "spec.kill cannot be changed or taken back once set",

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, Self, get_args
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
 from agentworkers.api.profile import ProfileEntry
-from agentworkers.api.provider import ModelProviderSpec
+from agentworkers.api.provider import (
+    PROVIDERS_TEXT,
+    REASONING_API_TEXT,
+    ModelProviderSpec,
+    Provider,
+    ReasoningAPI,
+    reasoning_api_rule,
+)
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     MAX_INSTRUCTIONS_BYTES,
@@ -45,11 +60,8 @@ BUILTIN_TOOLS: Final[tuple[str, ...]] = get_args(BuiltinTool)
 class ModelDefaults(KubeModel):
     """The model a worker of this agent talks to, unless a profile narrows it."""
 
-    provider: StrictStr = Field(
-        default="openai",
-        description="Driver that talks to the model: `openai` (any OpenAI-compatible "
-        "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
-        min_length=1,
+    provider: Provider = Field(
+        default="openai", description=f"Driver that talks to the model: {PROVIDERS_TEXT}."
     )
     model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] | None = Field(
         default=None,
@@ -67,7 +79,8 @@ class ModelDefaults(KubeModel):
     base_url: StrictStr | None = Field(
         default=None,
         alias="baseURL",
-        description="Base URL of the OpenAI-compatible endpoint (e.g. http://vllm:8000/v1).",
+        description="Base URL of the endpoint (e.g. http://vllm:8000/v1 for openai; for "
+        "anthropic, without /v1); omit for the provider's public API.",
     )
     api_key_secret: StrictStr | None = Field(
         default=None,
@@ -86,6 +99,11 @@ class ModelDefaults(KubeModel):
     reasoning_effort: Literal["off", "low", "medium", "high"] | None = Field(
         default=None, description="How hard the model thinks: off, low, medium or high."
     )
+    reasoning_api: ReasoningAPI | None = Field(
+        default=None,
+        alias="reasoningAPI",
+        description=f"{REASONING_API_TEXT} A Worker's own wins.",
+    )
     script: list[dict[str, Any]] | None = Field(
         default=None,
         description="For the scripted provider: the steps it replies with ({reply}, {tool, "
@@ -101,6 +119,15 @@ class ModelDefaults(KubeModel):
         if self.model is None and self.provider_ref is None:
             raise ValueError("model is required unless a providerRef gives a defaultModel")
         return self
+
+    @field_validator("reasoning_api")
+    @classmethod
+    def _reasoning_api_with_anthropic(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # With a providerRef, admission checks the ModelProvider's api.
+        provider = info.data.get("provider", "openai")
+        if value is not None and info.data.get("provider_ref") is None and provider != "anthropic":
+            raise ValueError(reasoning_api_rule(provider))
+        return value
 
     def with_provider(self, provider: ModelProviderSpec) -> ModelDefaults:
         """These defaults with the referenced provider's api, endpoint, key and model."""

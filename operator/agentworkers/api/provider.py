@@ -14,19 +14,43 @@ from pydantic import Field, StrictStr
 from agentworkers.api.common import KubeModel, MaxBytes
 from agentworkers.virtualagent import MAX_MODEL_LENGTH
 
+# The model drivers the runtime has (runtime/providers/): an enum at admission, so an
+# unknown one is refused naming its field instead of failing a pod.
+Provider = Literal["openai", "anthropic", "scripted"]
+PROVIDERS_TEXT = (
+    "`openai` (any OpenAI-compatible chat-completions endpoint: OpenAI, Azure OpenAI, vLLM, "
+    "Ollama, LiteLLM), `anthropic` (Anthropic's Messages API) or `scripted` (replies from a "
+    "script, for tests and demos)"
+)
+
+
+def reasoning_api_rule(provider: str) -> str:
+    """Why a reasoningAPI is refused for a run of `provider` (not anthropic)."""
+    return (
+        f"reasoningAPI is Anthropic's thinking: it needs provider anthropic, and this run's "
+        f"provider is {provider}"
+    )
+
+
+# Anthropic's thinking modes (the Messages API's `thinking.type`).
+ReasoningAPI = Literal["enabled", "adaptive"]
+REASONING_API_TEXT = (
+    "Anthropic's thinking, for provider `anthropic` only (refused with any other): "
+    "`enabled` (extended thinking, its budget a share of maxTokens set by the reasoning "
+    "effort) or `adaptive` (the model decides how much to think)."
+)
+
 
 class ModelProviderSpec(KubeModel):
     """Where a model is served and how it is spoken to."""
 
-    api: Literal["openai", "scripted"] = Field(
-        default="openai",
-        description="How the runtime talks to it: `openai` (any OpenAI-compatible "
-        "chat-completions endpoint) or `scripted` (replies from a script, for tests and demos).",
+    api: Provider = Field(
+        default="openai", description=f"How the runtime talks to it: {PROVIDERS_TEXT}."
     )
     endpoint: StrictStr | None = Field(
         default=None,
-        description="Base URL of the endpoint (e.g. http://vllm.models:8000/v1); omit for "
-        "the API's public one.",
+        description="Base URL of the endpoint (e.g. http://vllm.models:8000/v1 for openai, "
+        "https://api.anthropic.com for anthropic, without /v1); omit for the API's public one.",
         min_length=1,
     )
     api_key_secret: StrictStr | None = Field(

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr, ValidationInfo, field_validator
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
+from agentworkers.api.provider import (
+    PROVIDERS_TEXT,
+    REASONING_API_TEXT,
+    Provider,
+    ReasoningAPI,
+    reasoning_api_rule,
+)
 from agentworkers.virtualagent import MAX_KEY_LENGTH, MAX_MODEL_LENGTH
 
 Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
@@ -54,8 +61,8 @@ class WorkerSpec(KubeModel):
         default="",
         description=f"Extra system prompt for a dynamic worker, at most {MAX_MESSAGE_BYTES} bytes.",
     )
-    provider: StrictStr | None = Field(
-        default=None, description="Driver override: openai or scripted."
+    provider: Provider | None = Field(
+        default=None, description=f"Driver override: {PROVIDERS_TEXT}."
     )
     model: Annotated[StrictStr, MaxBytes(MAX_MODEL_LENGTH)] | None = Field(
         default=None, description=f"Model override, at most {MAX_MODEL_LENGTH} bytes."
@@ -74,10 +81,10 @@ class WorkerSpec(KubeModel):
     reasoning: Literal["off", "low", "medium", "high"] | None = Field(
         default=None, description="Reasoning effort override."
     )
-    reasoning_api: Literal["enabled", "adaptive"] | None = Field(
+    reasoning_api: ReasoningAPI | None = Field(
         default=None,
         alias="reasoningAPI",
-        description="Reasoning API override, for providers that have one.",
+        description=f"{REASONING_API_TEXT} Overrides the AgentConfig's spec.model.reasoningAPI.",
     )
     allowed_secrets: tuple[StrictStr, ...] = Field(
         default=(),
@@ -112,6 +119,16 @@ class WorkerSpec(KubeModel):
         description="Hold the run before it starts (the binding is still made at spawn). "
         "Clearing it starts the run, which verifies the binding first.",
     )
+
+    @field_validator("reasoning_api")
+    @classmethod
+    def _reasoning_api_with_anthropic(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # The AgentConfig's provider, when this spec names none, is admission's to check.
+        provider = info.data.get("provider")
+        if value is not None and provider not in (None, "anthropic"):
+            raise ValueError(reasoning_api_rule(provider))
+        return value
+
     deadline_seconds: StrictInt | None = Field(
         default=None,
         description="Longest the run may take; defaults to the AgentConfig's. A child's "
@@ -164,10 +181,16 @@ class WorkerEvent(KubeModel):
 
 
 class TokenUsage(KubeModel):
-    """Tokens a run's model calls used, as the provider reported them."""
+    """Tokens a run's model calls used, as the provider reported them (or estimated)."""
 
     prompt: StrictInt = Field(default=0, description="Prompt (input) tokens.", ge=0)
     completion: StrictInt = Field(default=0, description="Completion (output) tokens.", ge=0)
+    estimated: StrictInt = Field(
+        default=0,
+        description="Of prompt and completion, the tokens estimated (about 4 characters "
+        "each) for replies the provider sent without usage.",
+        ge=0,
+    )
 
     @property
     def total(self) -> int:

@@ -24,6 +24,8 @@ DEFAULT_TIMEOUT = 300.0
 PHASE_ORDER = ("Pending", "Running", "Idle", "Done")
 ENDINGS = ("Failed", "Killed")
 PHASES = (*PHASE_ORDER, *ENDINGS)
+# The api's Provider, spelled out: --help loads no pydantic (a test keeps them equal).
+PROVIDERS = ("openai", "anthropic", "scripted")
 
 
 class UsageError(Exception):
@@ -106,7 +108,11 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--description", help="one line on what the worker is for")
     p.add_argument("--prompt", help="extra system prompt (dynamic workers)")
-    p.add_argument("--provider", help="driver override: openai or scripted")
+    p.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="driver override (docs/agents.md#providers)",
+    )
     p.add_argument("--model", help="model override")
     p.add_argument("--skill", action="append", default=[], help="keep this skill (repeatable)")
     p.add_argument("--mcp", action="append", default=[], help="keep this MCP server (repeatable)")
@@ -118,7 +124,8 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--reasoning-api",
         choices=("enabled", "adaptive"),
-        help="how the model's reasoning is asked for: always, or as the model decides",
+        help="Anthropic's thinking (provider anthropic only): enabled, with a budget from "
+        "the reasoning effort, or adaptive, as the model decides",
     )
     p.add_argument("--secret", action="append", default=[], help="allow this secret (repeatable)")
     p.add_argument("--parent", help="the spawning worker (needed with --profile)")

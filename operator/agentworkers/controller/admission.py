@@ -16,11 +16,13 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
+from agentworkers.api.agentconfig import ModelDefaults
+from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import lineage, metrics
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
-from agentworkers.core.checks import check_secrets
+from agentworkers.core.checks import check_reasoning_api, check_secrets
 from agentworkers.core.revisions import (
     Standalone,
     check_standalone,
@@ -33,6 +35,7 @@ from agentworkers.errors import (
     REFUSALS,
     ForeignRevisionError,
     NotYourChildError,
+    ReasoningAPIUnsupportedError,
     Refusal,
     SecretNotAllowedError,
     UnknownWorkerError,
@@ -69,10 +72,31 @@ def validate_agent_config(
     try:
         config = AgentConfigSpec.model_validate(spec)
         effective_map(name, config, _standalone(storage, namespace, name))
+        model = _resolved_model(storage, namespace, config.model)
+        if config.model.reasoning_api is not None and model and model.provider != "anthropic":
+            raise ReasoningAPIUnsupportedError(
+                f"{reasoning_api_rule(model.provider)} (ModelProvider {config.model.provider_ref})",
+                field="spec.model.reasoningAPI",
+            )
     except ValidationError as e:
         raise _refuse(describe(e)) from e
     except REFUSALS as e:
         raise _refuse(e) from e
+
+
+def _resolved_model(
+    storage: Repository, namespace: str, model: ModelDefaults
+) -> ModelDefaults | None:
+    """The model defaults with their ModelProvider's api, endpoint and key in, as a run
+    would resolve them now; None while the provider is missing or invalid (the run waits
+    for it and says so)."""
+    if model.provider_ref is None:
+        return model
+    found = storage.get("modelproviders", namespace, model.provider_ref)
+    try:
+        return model.with_provider(ModelProviderSpec.model_validate((found or {})["spec"]))
+    except (KeyError, ValidationError):
+        return None
 
 
 def validate_profile(
@@ -150,7 +174,13 @@ def validate_worker(
     else:
         try:
             check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
-        except SecretNotAllowedError as e:
+            config = AgentConfigSpec.model_validate(config_body.get("spec") or {})
+            model = _resolved_model(storage, namespace, config.model)
+            if model is not None:
+                check_reasoning_api(worker, model)
+        except ValidationError:
+            pass  # an invalid AgentConfig is refused on its own; the run waits for a fix
+        except (SecretNotAllowedError, ReasoningAPIUnsupportedError) as e:
             raise _refuse_spawn(e) from e
     parent_body = storage.get("workers", namespace, worker.parent) if worker.parent else None
     if worker.parent and parent_body is None:

@@ -26,7 +26,7 @@ from agentworkers.controller import metrics
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
-from agentworkers.core.checks import check_secrets
+from agentworkers.core.checks import check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
@@ -164,6 +164,7 @@ def start(
             raise
         worker.update(binding=summary(binding))
     check_secrets(worker.spec, config.allowed_secrets)
+    check_reasoning_api(worker.spec, config.model)
     effective = resolve(config, worker.spec, profile)
     if ancestor is not None and not worker.spec.profile:
         effective = _bounded(worker, config, ancestor, effective)

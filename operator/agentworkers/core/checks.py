@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from agentworkers.api.agentconfig import ModelDefaults
+from agentworkers.api.provider import reasoning_api_rule
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.errors import SecretNotAllowedError
+from agentworkers.errors import ReasoningAPIUnsupportedError, SecretNotAllowedError
 
 
 def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
@@ -20,3 +22,11 @@ def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
             f"AgentConfig {worker.agent} does not allow secret(s) {', '.join(refused)}",
             field="spec.allowedSecrets",
         )
+
+
+def check_reasoning_api(worker: WorkerSpec, model: ModelDefaults) -> None:
+    """A Worker's reasoningAPI needs a run whose provider is anthropic: its own, else its
+    AgentConfig's (`model`, with any ModelProvider's api already in)."""
+    provider = worker.provider or model.provider
+    if worker.reasoning_api is not None and provider != "anthropic":
+        raise ReasoningAPIUnsupportedError(reasoning_api_rule(provider), field="spec.reasoningAPI")

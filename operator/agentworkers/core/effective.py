@@ -16,6 +16,7 @@ from pydantic import Field, StrictStr
 
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.common import KubeModel
+from agentworkers.api.provider import Provider, ReasoningAPI
 from agentworkers.api.worker import InheritedBounds, WorkerSpec
 from agentworkers.virtualagent import (
     MAX_MAX_STEPS,
@@ -40,13 +41,14 @@ class EffectiveConfig(KubeModel):
     """Everything the runtime needs to run the agent loop, after every layer."""
 
     agent: StrictStr
-    provider: StrictStr
+    provider: Provider
     model: StrictStr
     base_url: StrictStr | None = Field(default=None, alias="baseURL")
     api_key_secret: StrictStr | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     reasoning_effort: StrictStr | None = None
+    reasoning_api: ReasoningAPI | None = Field(default=None, alias="reasoningAPI")
     skills: tuple[StrictStr, ...] = ()
     tools: tuple[StrictStr, ...] = ()
     mcp_servers: tuple[StrictStr, ...] = ()
@@ -106,6 +108,16 @@ def resolve(
             (PROFILE, overlay.reasoning_effort if overlay else None),
         ],
     )
+    # Anthropic's thinking: the AgentConfig's default goes with its own provider, so a
+    # Worker that picks another provider leaves it behind (admission refuses a Worker's
+    # own reasoningAPI for a provider other than anthropic).
+    reasoning_api = pick(
+        "reasoning_api",
+        [
+            (AGENT, model.reasoning_api if provider == "anthropic" else None),
+            (WORKER, worker.reasoning_api),
+        ],
+    )
 
     # Sets: the worker keeps some of the agent's; the profile keeps some of those (an
     # explicit empty set keeps none) and can only hide tools and servers.
@@ -162,6 +174,7 @@ def resolve(
         temperature=temperature,
         max_tokens=max_tokens,
         reasoning_effort=reasoning,
+        reasoning_api=reasoning_api,
         skills=skills,
         tools=tools,
         mcp_servers=servers,
@@ -194,6 +207,7 @@ _INHERITED_CHOICES = (
     "api_key_secret",
     "temperature",
     "reasoning_effort",
+    "reasoning_api",
 )
 
 

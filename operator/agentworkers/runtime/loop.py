@@ -7,9 +7,16 @@ over from turn to turn (queries continue the run), and so do the limits:
 - ``max_steps`` counts every model call of the run, over all its turns; the call
   after the last allowed one fails the run with ``max_steps (N) exhausted``.
 - ``token_budget`` (0: none) caps the tokens the provider reports, summed over the run;
-  the run fails once the sum passes it.
+  the run fails once the sum passes it. A reply without usage counts an estimate
+  (``estimated_tokens`` says how much of the sum is estimated).
 - ``output_schema`` (JSON Schema) must accept every final answer, parsed as JSON
   (one surrounding Markdown code fence is tolerated).
+
+A reply cut at the model's token limit is never taken as an answer: the run fails with
+ReplyCut, saying so (a cut tool call's arguments are incomplete, a cut answer is not the
+answer). A refusal or a content filter fails it with ModelRefused. A tool call whose
+arguments are not a JSON object is not run: the model reads the error as the call's
+result, and the run goes on.
 
 A failure is final: the status goes to ``failed`` and the loop takes no more messages.
 Statuses go to ``on_status`` (running, idle, done, failed) and, with every step, onto
@@ -55,6 +62,14 @@ class TokenBudgetExceeded(RunError):
 
 
 class OutputSchemaError(RunError):
+    pass
+
+
+class ReplyCut(RunError):
+    pass
+
+
+class ModelRefused(RunError):
     pass
 
 
@@ -133,6 +148,7 @@ class AgentLoop:
         self._steps = 0
         self._prompt_tokens = 0
         self._completion_tokens = 0
+        self._estimated_tokens = 0
         self.on_usage: Callable[[int, int], None] | None = None  # (prompt, completion) so far
         self._output = ""
         self._status = ""
@@ -157,6 +173,11 @@ class AgentLoop:
     def tokens(self) -> int:
         """Tokens the model reported so far, over the run."""
         return self._prompt_tokens + self._completion_tokens
+
+    @property
+    def estimated_tokens(self) -> int:
+        """How many of ``tokens`` are estimates, for replies the provider sent no usage with."""
+        return self._estimated_tokens
 
     def output(self) -> str:
         """The final answer of the last turn that completed."""
@@ -245,7 +266,9 @@ class AgentLoop:
             reply = self._step(tools)
             if reply.reasoning:
                 self._bus.publish(EventKind.THOUGHT, {"text": reply.reasoning})
-            self._messages.append(Message("assistant", reply.content, reply.tool_calls))
+            self._messages.append(
+                Message("assistant", reply.content, reply.tool_calls, thinking=reply.thinking)
+            )
             if reply.content or not reply.tool_calls:
                 self._bus.publish(EventKind.ASSISTANT_MESSAGE, {"text": reply.content or ""})
             if not reply.tool_calls:
@@ -256,9 +279,19 @@ class AgentLoop:
             for call in reply.tool_calls:
                 self._check_stop()
                 self._bus.publish(
-                    EventKind.TOOL_CALL, {"name": call.name, "id": call.id, "args": call.arguments}
+                    EventKind.TOOL_CALL,
+                    # A malformed call's args: the model's raw text, as it sent them.
+                    {
+                        "name": call.name,
+                        "id": call.id,
+                        "args": call.arguments if call.error is None else call.raw_arguments,
+                    },
                 )
-                result = self._toolbox.call(call.name, call.arguments).payload()
+                result = (
+                    {"error": f"{call.name} was not run: {call.error}"}
+                    if call.error is not None
+                    else self._toolbox.call(call.name, call.arguments).payload()
+                )
                 self._bus.publish(
                     EventKind.TOOL_RESULT, {"name": call.name, "id": call.id, **result}
                 )
@@ -276,12 +309,23 @@ class AgentLoop:
         reply = self._model.complete(list(self._messages), tools, self._params)
         self._prompt_tokens += reply.prompt_tokens
         self._completion_tokens += reply.completion_tokens
+        if reply.usage_estimated:
+            self._estimated_tokens += reply.usage_tokens
         if self.on_usage is not None:
             self.on_usage(self._prompt_tokens, self._completion_tokens)
         if budget > 0 and self.tokens > budget:
             raise TokenBudgetExceeded(
                 f"token_budget ({budget}) exceeded: {self.tokens} tokens used"
             )
+        if reply.finish == "length":
+            cap = self._params.max_tokens
+            raise ReplyCut(
+                "the model's reply was cut at its token limit"
+                f"{f' of {cap}' if cap else ''} ({reply.stop_detail or 'length'}): a cut "
+                "reply is never taken as the answer; raise spec.model.maxTokens"
+            )
+        if reply.finish == "refused":
+            raise ModelRefused(f"the model refused to answer ({reply.stop_detail or 'refused'})")
         return reply
 
     def _check_open(self) -> None:

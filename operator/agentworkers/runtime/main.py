@@ -40,7 +40,7 @@ from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
 from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
-from agentworkers.runtime.models import client_for
+from agentworkers.runtime.providers import client_for
 from agentworkers.runtime.skills import load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
 
@@ -239,7 +239,11 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     )
     # The operator sums every run's usage into its tree's (AgentConfig spec.tree.tokenBudget).
     loop.on_usage = lambda prompt, completion: reporter.report(
-        tokensUsed={"prompt": prompt, "completion": completion}
+        tokensUsed={
+            "prompt": prompt,
+            "completion": completion,
+            "estimated": loop.estimated_tokens,
+        }
     )
     # SIGTERM (the pod is going away) ends the process, interrupting the watch; the
     # `finally` below still closes the loop and flushes the last report.

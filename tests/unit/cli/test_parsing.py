@@ -10,9 +10,16 @@ from typing import get_args
 
 import pytest
 
+from agentworkers.api.provider import Provider
 from agentworkers.api.worker import Phase
 from agentworkers.cli import main as cli
-from agentworkers.cli.parsers import PHASES, UsageError, parsed_defaults, phases_from
+from agentworkers.cli.parsers import (
+    PHASES,
+    PROVIDERS,
+    UsageError,
+    parsed_defaults,
+    phases_from,
+)
 from agentworkers.cli.verbs import spawn_request
 
 VERBS = ("spawn", "query", "list", "inspect", "collect", "kill", "events", "explain")
@@ -178,8 +185,9 @@ def test_bad_arguments_exit_2(argv: tuple[str, ...], capsys: pytest.CaptureFixtu
     assert "--help' for usage" in capsys.readouterr().err
 
 
-def test_the_cli_knows_every_phase() -> None:
+def test_the_cli_knows_every_phase_and_provider() -> None:
     assert set(PHASES) == set(get_args(Phase))
+    assert get_args(Provider) == PROVIDERS
 
 
 def test_help_loads_neither_the_client_nor_the_models() -> None:

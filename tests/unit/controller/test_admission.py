@@ -107,6 +107,19 @@ def worker_cases(memory: Memory) -> dict[str, Case]:
             worker("w", parent="child"), None, user="system:serviceaccount:ns:worker-child"
         ),
         "a query to a finished run": Case(queried, "WorkerFinished: spec.queries", old=finished),
+        "an unknown provider": Case(worker("w", provider="gemini"), "InvalidSpec: spec.provider"),
+        "reasoningAPI with its own provider not anthropic": Case(
+            worker("w", provider="openai", reasoningAPI="enabled"),
+            "InvalidSpec: spec.reasoningAPI: Value error, reasoningAPI is Anthropic's thinking",
+        ),
+        "reasoningAPI on an agent whose provider is not anthropic": Case(
+            worker("w", reasoningAPI="adaptive"),
+            "ReasoningAPIUnsupported: spec.reasoningAPI: reasoningAPI is Anthropic's thinking: "
+            "it needs provider anthropic, and this run's provider is scripted",
+        ),
+        "reasoningAPI with provider anthropic": Case(
+            worker("w", provider="anthropic", reasoningAPI="enabled"), None
+        ),
     }
 
 
@@ -180,6 +193,39 @@ def test_an_agent_config_review() -> None:
     spec["instructions"] = "é" * 8193
     with pytest.raises(kopf.AdmissionError, match=r"InvalidSpec: spec\.instructions: .*16384"):
         admission.validate_agent_config(memory, spec, "planner", "ns")
+
+
+def test_reasoning_api_is_refused_on_a_run_that_is_not_anthropic() -> None:
+    """Through a ModelProvider too: its api is the run's provider."""
+    memory = scene()
+    memory.put(
+        "modelproviders",
+        {"metadata": {"name": "claude"}, "spec": {"api": "anthropic", "defaultModel": "c"}},
+    )
+    memory.put("modelproviders", {"metadata": {"name": "vllm"}, "spec": {"api": "openai"}})
+    spec = copy.deepcopy(CONFIG["spec"])
+    spec["model"] = {"providerRef": "claude", "reasoningAPI": "enabled"}
+    admission.validate_agent_config(memory, spec, "planner", "ns")
+    spec["model"]["providerRef"] = "vllm"
+    with pytest.raises(
+        kopf.AdmissionError,
+        match=r"ReasoningAPIUnsupported: spec\.model\.reasoningAPI: .*provider is openai "
+        r"\(ModelProvider vllm\)",
+    ):
+        admission.validate_agent_config(memory, spec, "planner", "ns")
+    spec["model"] = {"provider": "openai", "model": "m", "reasoningAPI": "adaptive"}
+    with pytest.raises(
+        kopf.AdmissionError, match=r"InvalidSpec: spec\.model\.reasoningAPI: .*is openai"
+    ):
+        admission.validate_agent_config(memory, spec, "planner", "ns")
+    spec["model"] = {"provider": "mistral", "model": "m"}
+    with pytest.raises(kopf.AdmissionError, match=r"InvalidSpec: spec\.model\.provider"):
+        admission.validate_agent_config(memory, spec, "planner", "ns")
+
+    # A Worker of an agent whose ModelProvider is anthropic may ask for thinking.
+    memory.objects[("agentconfigs", "ns", "planner")]["spec"]["model"] = {"providerRef": "claude"}
+    thinking = {**worker("w", reasoningAPI="enabled"), "metadata": {"name": "w", "namespace": "ns"}}
+    admission.validate_worker(memory, thinking, None, [], USER, OPERATOR)
 
 
 def test_only_the_operator_writes_revisions() -> None:

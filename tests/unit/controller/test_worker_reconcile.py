@@ -152,6 +152,12 @@ def _secret_refused(memory: Memory) -> None:
     memory.put("workers", worker("w", allowedSecrets=["root-password"]))
 
 
+def _thinking_refused(memory: Memory) -> None:
+    """Admission off: the Worker asks for Anthropic's thinking, its agent is scripted."""
+    planner(memory)
+    memory.put("workers", worker("w", reasoningAPI="enabled"))
+
+
 def _pod_failed(memory: Memory) -> None:
     planner(memory)
     started(memory, "w")
@@ -250,6 +256,14 @@ ROWS = {
     "suspended: no pod yet": Row(_suspended, "w", "Pending", None, pod=False),
     "a secret its agent does not allow": Row(
         _secret_refused, "w", "Failed", "SecretNotAllowed", pod=False, events=("SecretNotAllowed",)
+    ),
+    "reasoningAPI on an agent that is not anthropic": Row(
+        _thinking_refused,
+        "w",
+        "Failed",
+        "ReasoningAPIUnsupported",
+        pod=False,
+        events=("ReasoningAPIUnsupported",),
     ),
     "its pod failed": Row(
         _pod_failed, "w", "Failed", "DeadlineExceeded", pod=True, events=("DeadlineExceeded",)

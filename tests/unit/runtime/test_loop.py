@@ -22,10 +22,10 @@ from agentworkers.runtime.models import (
     Message,
     Params,
     Reply,
-    ScriptedModel,
     ToolCall,
     ToolSpec,
 )
+from agentworkers.runtime.providers import ScriptedModel
 from agentworkers.runtime.tools import Sandbox, Toolbox
 from agentworkers.virtualagent import block_name
 
