@@ -150,15 +150,40 @@ class InheritedBounds(KubeModel):
 
 
 class WorkerEvent(KubeModel):
-    """One entry of the run's recent events (tool call, tool result, thought, message, status)."""
+    """One entry of the run's recent events (tool call, tool result, thought, message, status,
+    an MCP server reached or not)."""
 
     index: StrictInt = Field(description="Monotonic per worker, from 1.")
-    kind: Literal["tool_call", "tool_result", "thought", "assistant_message", "status_change"] = (
-        Field(description="What happened.")
-    )
+    kind: Literal[
+        "tool_call", "tool_result", "thought", "assistant_message", "status_change", "mcp_server"
+    ] = Field(description="What happened.")
     time: StrictStr = Field(description="When (RFC 3339).")
     summary: StrictStr = Field(
         default="", description="A short rendering of the payload.", max_length=1024
+    )
+
+
+MAX_MCP_STATUS_TOOLS = 128
+
+
+class McpServerStatus(KubeModel):
+    """One MCP server of the run, as its runtime found it at run start (and since)."""
+
+    name: StrictStr = Field(description="The server's name in the AgentConfig.")
+    url: StrictStr = Field(default="", description="Where the runtime connected.")
+    required: bool = Field(default=False, description="Whether the run needs it.")
+    state: Literal["Connected", "Unavailable"] = Field(
+        description="Connected: its tools are offered; Unavailable: the run goes without them "
+        "(or, required, fails with McpServerUnavailable)."
+    )
+    tools: tuple[StrictStr, ...] = Field(
+        default=(),
+        description="The tools the run got from it, as the model sees them (`<server>__<tool>`), "
+        "after the allow-list and disabledTools.",
+        max_length=MAX_MCP_STATUS_TOOLS,
+    )
+    message: StrictStr = Field(
+        default="", description="Why it is unavailable.", max_length=MAX_REASON_BYTES
     )
 
 
@@ -236,6 +261,11 @@ class WorkerStatus(KubeModel):
         default=None,
         description="For a descendant of a virtual-profile run: the profile whose bounds it "
         "inherits (it never gets more than that run's effective configuration).",
+    )
+    mcp_servers: tuple[McpServerStatus, ...] | None = Field(
+        default=None,
+        description="The MCP servers the run keeps, as its runtime reached them (the runtime's "
+        "report); an unavailable one gets a Warning Event (McpServerUnavailable).",
     )
     event_index: StrictInt | None = Field(default=None, description="Index of the last event.")
     queries_delivered: StrictInt | None = Field(

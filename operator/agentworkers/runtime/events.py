@@ -32,6 +32,7 @@ class EventKind(StrEnum):
     THOUGHT = "thought"
     ASSISTANT_MESSAGE = "assistant_message"
     STATUS_CHANGE = "status_change"
+    MCP_SERVER = "mcp_server"
 
 
 def rfc3339_now() -> str:
@@ -44,7 +45,8 @@ class Event:
 
     tool_call ``{name, id, args}``; tool_result ``{name, id, result}`` or
     ``{name, id, error}``; thought and assistant_message ``{text}``; status_change
-    ``{status}`` plus ``error`` when it failed.
+    ``{status}`` plus ``error`` when it failed; mcp_server ``{name, url, state, required}``
+    plus ``tools`` (connected: the names offered) or ``error`` (unavailable).
     """
 
     worker: str
@@ -82,6 +84,11 @@ class Event:
                 text = str(p.get("status", ""))
                 if p.get("error"):
                     text += f": {p['error']}"
+            case EventKind.MCP_SERVER:
+                text = f"MCP server {p.get('name')} {p.get('state')}"
+                text += (
+                    f": {p['error']}" if p.get("error") else f": {len(p.get('tools', []))} tools"
+                )
             case _:
                 text = str(p.get("text", ""))
         return text if len(text) <= MAX_SUMMARY else text[: MAX_SUMMARY - 1] + "…"
