@@ -68,7 +68,8 @@ def test_a_name_that_is_no_mcp_tool_s(name: str) -> None:
 @pytest.mark.parametrize(
     ("changes", "field", "words"),
     [
-        ({"allowedSecrets": ["search-token"]}, "spec.mcpServers[1].headersFrom[0].secretKeyRef.name",
+        ({"allowedSecrets": ["search-token"]},
+         "spec.mcpServers[1].headersFrom[0].secretKeyRef.name",
          "Secret 'git-token' is not in spec.allowedSecrets"),
         ({"mcpServers": [{**SERVERS[1], "name": "git__hub"}]}, "spec.mcpServers[0].name",
          "should match pattern"),
