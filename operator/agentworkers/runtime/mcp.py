@@ -34,7 +34,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from agentworkers import __version__
 from agentworkers.api.agentconfig import McpServer
 from agentworkers.api.names import mcp_tool_name
-from agentworkers.api.worker import McpServerStatus
+from agentworkers.api.worker import MAX_MCP_STATUS_TOOLS, MAX_REASON_BYTES, McpServerStatus
 from agentworkers.core.pods import SECRETS_DIR
 from agentworkers.runtime.tools import Tool, ToolError
 
@@ -64,8 +64,8 @@ class Connection:
             url=self.server.url,
             required=self.server.required,
             state=self.state,
-            tools=tuple(sorted(names)),
-            message=self.error[:1024],
+            tools=tuple(sorted(names)[:MAX_MCP_STATUS_TOOLS]),  # the status's bound
+            message=self.error[:MAX_REASON_BYTES],
         )
 
 
