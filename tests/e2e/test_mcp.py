@@ -229,3 +229,22 @@ def test_a_published_server_behind_mcp_proxy(
     assert "time__get_current_time" in server.tools
     [now] = _results(cluster, namespace, "clock")
     assert '"timezone": "Europe/Paris"' in now["result"]["content"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    ("server", "allowed", "field"),
+    [
+        ({"name": "git__hub", "url": "http://git/mcp"}, [], "spec.mcpServers[0].name"),
+        (_search("http://search/mcp"), [], "spec.mcpServers[0].headersFrom[0].secretKeyRef.name"),
+        ({"name": "search"}, [], "spec.mcpServers[0].url"),
+    ],
+)
+def test_a_bad_server_is_refused_at_admission_naming_the_field(
+    cluster: Cluster, namespace: str, server: dict[str, Any], allowed: list[str], field: str
+) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["spec"]["mcpServers"] = [server]
+    config["spec"]["allowedSecrets"] = allowed
+    refused = cluster.apply(namespace, config, check=False)
+    assert refused.returncode != 0 and field in refused.stderr, refused.stderr
+    assert cluster.kubectl("get", "agentconfigs", "-n", namespace, "-o", "name").stdout == ""
