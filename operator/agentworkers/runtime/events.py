@@ -86,9 +86,9 @@ class Event:
                     text += f": {p['error']}"
             case EventKind.MCP_SERVER:
                 text = f"MCP server {p.get('name')} {p.get('state')}"
-                text += (
-                    f": {p['error']}" if p.get("error") else f": {len(p.get('tools', []))} tools"
-                )
+                count = len(p.get("tools", []))
+                tools = f"{count} tool{'' if count == 1 else 's'}"
+                text += f": {p['error']}" if p.get("error") else f": {tools}"
             case _:
                 text = str(p.get("text", ""))
         return text if len(text) <= MAX_SUMMARY else text[: MAX_SUMMARY - 1] + "…"
