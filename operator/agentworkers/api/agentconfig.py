@@ -214,11 +214,11 @@ MAX_MCP_TIMEOUT_SECONDS = 600
 
 
 class McpServer(KubeModel):
-    """A Model Context Protocol server the agent's workers call over streamable HTTP (e.g.
-    a Service in the cluster). Each run connects when it starts, lists the server's tools
-    (again when the server says they changed) and offers them to the model as
-    `<name>__<tool>`, unless a Worker's mcps, a profile's pausedServers or disabledTools
-    hide them."""
+    """An MCP server whose tools the agent's runs are offered as `<name>__<tool>`."""
+
+    # Each run connects when it starts (streamable HTTP), lists the server's tools (again
+    # when the server says they changed), unless a Worker's mcps, a profile's pausedServers
+    # or disabledTools hide them: docs/agents.md.
 
     name: StrictStr = Field(
         description="Names the server in Worker mcps, a profile's pausedServers and its tools' "
