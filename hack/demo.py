@@ -10,7 +10,9 @@
 4. Runs a planner worker that runs a skill's script with run_command, spawns two children
    with different profiles, collects their outputs, and answers; kills another worker
    with a reason.
-5. Prints a summary: workers, phases, profile hashes, the kill Event.
+5. Runs a worker that calls an MCP tool: the published mcp-server-time behind mcp-proxy
+   on loopback, as a stdio server runs behind a Service.
+6. Prints a summary: workers, phases, profile hashes, the kill Event.
 
 The workers use the scripted model by default. With an OpenAI-compatible endpoint
 (AGENTWORKERS_OPENAI_BASE_URL, AGENTWORKERS_OPENAI_MODEL, and AGENTWORKERS_API_KEY if
@@ -40,6 +42,7 @@ from tests.e2e.support import (  # noqa: E402
     local_cluster,
     pod_runner,
 )
+from tests.mcp_servers import time_server  # noqa: E402
 
 from agentworkers.api import WorkerSpec  # noqa: E402
 from agentworkers.client import Client, WorkerFinishedError  # noqa: E402
@@ -201,6 +204,32 @@ def budget_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubect
         print(f"demo-lead's tree: {tree.tokens_used} of {tree.token_budget} tokens used")
 
 
+def mcp_demo(cluster: Cluster, client: Client, config: dict[str, Any], kubectl: Any) -> bool:
+    step("A worker calls an MCP tool (mcp-server-time, a stdio server, behind mcp-proxy)")
+    with time_server() as url:
+        clock = copy.deepcopy(config)
+        clock["metadata"] = {"name": "clock"}
+        clock["spec"].pop("virtualAgents", None)
+        clock["spec"].update(
+            model={"provider": "scripted", "model": "demo-small"},
+            mcpServers=[{"name": "time", "url": url, "tools": ["get_current_time"]}],
+        )
+        kubectl("apply", "-n", NAMESPACE, "-f", "-", stdin=json.dumps(clock))
+        first_revision(cluster, NAMESPACE, "clock")
+        script = [
+            {"tool": "time__get_current_time", "args": {"timezone": "Europe/Paris"}},
+            {"reply": "That is the time in Paris."},
+        ]
+        ask = "What time is it in Paris?"
+        client.spawn("demo-clock", WorkerSpec(agent="clock", initial_message=ask, script=script))
+        found = client.wait("demo-clock", frozenset({"Done", "Failed"}), timeout=120)
+    for event in found.status.recent_events:
+        print(f"  {DIM}#{event.index:<3} {event.kind:18} {event.summary[:110]}{RESET}")
+    for row in client.explain("demo-clock").mcp:
+        print(f"explain: {row.field} = {row.value}")
+    return found.status.phase == "Done"
+
+
 def demo(cluster: Cluster, kubectl: Any) -> int:
     examples = REPO / "examples"
     step("Profiles through both doors: two standalone VirtualAgentProfiles, one in the AgentConfig")
@@ -257,6 +286,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
     print(refused.stderr.strip())
 
     budget_demo(cluster, client, config, kubectl)
+    called = mcp_demo(cluster, client, config, kubectl)
 
     step("Kill a worker with a reason")
     client.wait("demo-idler", frozenset({"Idle"}), timeout=60)
@@ -290,7 +320,7 @@ def demo(cluster: Cluster, kubectl: Any) -> int:
         f"\nThe cluster keeps running: export KUBECONFIG={cluster.kubeconfig}; "
         f"kubectl is in {cluster.bin_dir}. `make cluster-down` stops it."
     )
-    return 0 if planner.status.phase == "Done" and killed.phase == "Killed" else 1
+    return 0 if planner.status.phase == "Done" and killed.phase == "Killed" and called else 1
 
 
 if __name__ == "__main__":

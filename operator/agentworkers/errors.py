@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from agentworkers.api.common import FieldValueError
 from agentworkers.virtualagent import VirtualAgentError
 
 
@@ -169,6 +170,8 @@ def describe(error: ValidationError, prefix: str = "spec") -> InvalidSpecError:
             if item["type"] == "extra_forbidden"
             else item["msg"]
         )
+        if isinstance(below := (item.get("ctx") or {}).get("error"), FieldValueError):
+            path, rule = f"{path}.{below.path}", below.rule
         problems.append((path, rule))
     path, rule = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

@@ -14,7 +14,14 @@ from pydantic import (
     model_validator,
 )
 
-from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
+from agentworkers.api.common import (
+    Condition,
+    FieldValueError,
+    KubeModel,
+    MaxBytes,
+    conditions_field,
+)
+from agentworkers.api.names import MAX_MCP_SERVER_NAME, MCP_SERVER_NAME_PATTERN
 from agentworkers.api.profile import ProfileEntry
 from agentworkers.api.provider import (
     PROVIDERS_TEXT,
@@ -203,14 +210,6 @@ class TreeLimits(KubeModel):
         return self.max_live_descendants
 
 
-class McpServer(KubeModel):
-    """A Model Context Protocol server the agent's workers may call."""
-
-    name: Name = Field(description="Name a profile's pausedServers refers to.", min_length=1)
-    url: StrictStr | None = Field(default=None, description="Where the server listens.")
-    tools: tuple[Name, ...] = Field(default=(), description="Tools the server offers.")
-
-
 # A DNS-1123 subdomain: the names of RuntimeClasses, PriorityClasses and Secrets.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SubdomainName = Annotated[StrictStr, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
@@ -221,6 +220,95 @@ SkillName = Annotated[StrictStr, Field(min_length=1, max_length=63, pattern=SKIL
 # The image 0.1.0's CRD filled in when spec.worker.image was left out: stored AgentConfigs
 # carry it though no one chose it, so it stands for "the install's image", like an omission.
 IMAGE_DEFAULT_0_1_0 = "ghcr.io/agentworkers/agentworkers:0.1.0"
+
+
+class SecretKeyRef(KubeModel):
+    """One key of a Secret in the agent's namespace."""
+
+    name: SubdomainName = Field(
+        description="The Secret; it must be one of the AgentConfig's spec.allowedSecrets."
+    )
+    key: StrictStr = Field(
+        description="The key within the Secret.",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+    )
+
+
+class McpHeader(KubeModel):
+    """An HTTP header sent with every request to an MCP server, its value from a Secret."""
+
+    name: StrictStr = Field(
+        description="Header name, e.g. Authorization.",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+    )
+    secret_key_ref: SecretKeyRef = Field(
+        description="Where the value is: mounted read-only into the worker pods that keep "
+        "this server, never written into a spec, an effective config or an event."
+    )
+    prefix: StrictStr = Field(
+        default="",
+        description='Put before the Secret\'s value, e.g. "Bearer ".',
+        max_length=64,
+    )
+
+
+DEFAULT_MCP_TIMEOUT_SECONDS = 30
+MAX_MCP_TIMEOUT_SECONDS = 600
+
+
+class McpServer(KubeModel):
+    """An MCP server whose tools the agent's runs are offered as `<name>__<tool>`."""
+
+    # Each run connects when it starts (streamable HTTP), lists the server's tools (again
+    # when the server says they changed), unless a Worker's mcps, a profile's pausedServers
+    # or disabledTools hide them: docs/agents.md.
+
+    name: StrictStr = Field(
+        description="Names the server in Worker mcps, a profile's pausedServers and its tools' "
+        "names (`<name>__<tool>`): letters, digits, `-`, single `_` (never `__`), at most "
+        f"{MAX_MCP_SERVER_NAME} characters.",
+        min_length=1,
+        max_length=MAX_MCP_SERVER_NAME,
+        pattern=MCP_SERVER_NAME_PATTERN,
+    )
+    url: StrictStr = Field(
+        description="The server's streamable HTTP endpoint, e.g. "
+        "http://search-mcp.tools.svc:8080/mcp.",
+        min_length=1,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+    )
+    tools: tuple[Name, ...] = Field(
+        default=(),
+        description="Allow-list: only these of the server's tools are offered (as the server "
+        "names them, without the prefix); empty offers every tool it lists.",
+    )
+    headers_from: tuple[McpHeader, ...] = Field(
+        default=(),
+        description="Headers sent with every request (e.g. Authorization), each from a key of "
+        "a Secret that spec.allowedSecrets lists.",
+    )
+    required: bool = Field(
+        default=False,
+        description="A run cannot go without this server: when it cannot be reached at run "
+        "start the run fails (McpServerUnavailable). Otherwise the run goes on without its "
+        "tools, and a Warning Event names the server.",
+    )
+    timeout_seconds: StrictInt = Field(
+        default=DEFAULT_MCP_TIMEOUT_SECONDS,
+        description="Longest a connection, a tool listing or one tool call may take; a call "
+        "that takes longer comes back to the model as an error.",
+        ge=1,
+        le=MAX_MCP_TIMEOUT_SECONDS,
+    )
+
+    def secrets(self) -> set[str]:
+        """The Secrets its headers come from."""
+        return {header.secret_key_ref.name for header in self.headers_from}
 
 
 class Toleration(KubeModel):
@@ -361,7 +449,9 @@ class AgentConfigSpec(KubeModel):
         "and kill_worker (its children).",
     )
     mcp_servers: tuple[McpServer, ...] = Field(
-        default=(), description="MCP servers whose tools are offered to the model."
+        default=(),
+        description="MCP servers whose tools are offered to the model (see docs/agents.md): "
+        "each run connects to those its Worker and profile keep.",
     )
     limits: Limits = Field(default_factory=Limits, description="Run limits.")
     instructions: Annotated[StrictStr, MaxBytes(MAX_INSTRUCTIONS_BYTES)] = Field(
@@ -390,6 +480,22 @@ class AgentConfigSpec(KubeModel):
         "always kept.",
         ge=1,
     )
+
+    @model_validator(mode="after")
+    def _mcp_servers(self) -> Self:
+        names = [server.name for server in self.mcp_servers]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise FieldValueError("mcpServers", f"names must be unique; {', '.join(twice)} repeat")
+        allowed = set(self.allowed_secrets)
+        for i, server in enumerate(self.mcp_servers):
+            for j, header in enumerate(server.headers_from):
+                if header.secret_key_ref.name not in allowed:
+                    raise FieldValueError(
+                        f"mcpServers[{i}].headersFrom[{j}].secretKeyRef.name",
+                        f"Secret {header.secret_key_ref.name!r} is not in spec.allowedSecrets",
+                    )
+        return self
 
 
 class RevisionRef(KubeModel):

@@ -27,6 +27,15 @@ API_VERSION = f"{GROUP}/{VERSION}"
 MAX_CONDITION_MESSAGE = 1024
 
 
+class FieldValueError(ValueError):
+    """A model validator's refusal of one field below the model, at `path` (as spelt on
+    the wire, relative to the model): `describe` names that field, not the model."""
+
+    def __init__(self, path: str, rule: str) -> None:
+        super().__init__(f"{path}: {rule}")
+        self.path, self.rule = path, rule
+
+
 @dataclass(frozen=True)
 class MaxBytes:
     """`Annotated[str, MaxBytes(n)]`: at most `n` bytes of UTF-8, the unit every length

@@ -35,3 +35,26 @@ COLLECTED_ANNOTATION: Final = f"{GROUP}/collected"
 FINALIZER: Final = f"{GROUP}/finalizer"
 # The operator's field manager, Event source and reporting component.
 FIELD_MANAGER: Final = "agentworkers-operator"
+
+# --- MCP tool names ------------------------------------------------------------------
+
+# An MCP server's tool is offered to the model as `<server>__<tool>`: OpenAI-compatible
+# APIs take tool names of `^[a-zA-Z0-9_-]{1,64}$` only (no dots). A server's name never
+# holds the separator (refused at admission), so the first one splits a name back.
+MCP_TOOL_SEPARATOR: Final = "__"
+# Every tool name the model is offered matches it (a server's tool that would not is left out).
+TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
+# What a server's name may be: letters, digits, `-`, and single `_` between them.
+MCP_SERVER_NAME_PATTERN: Final = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
+MAX_MCP_SERVER_NAME: Final = 32
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The name the model sees for `tool` of MCP server `server`."""
+    return f"{server}{MCP_TOOL_SEPARATOR}{tool}"
+
+
+def mcp_tool_of(name: str) -> tuple[str, str] | None:
+    """(server, tool) of an offered MCP tool name; None for a name that is not one."""
+    server, separator, tool = name.partition(MCP_TOOL_SEPARATOR)
+    return (server, tool) if separator and server and tool else None

@@ -20,6 +20,8 @@ STARTED: Final = "Started"
 PROFILE_BOUND: Final = "ProfileBound"
 # Worker: a kill was asked for (Unknown while the pod goes, True once Killed).
 KILLED: Final = "Killed"
+# Worker: every MCP server the run keeps was reached at run start (False: which were not).
+MCP_SERVERS_READY: Final = "McpServersReady"
 # AgentConfig: the active revision is the current spec and profiles.
 REVISION_CURRENT: Final = "RevisionCurrent"
 # VirtualAgentProfile: whether the profile is in its agent's active revision.
@@ -44,6 +46,10 @@ KILLING: Final = "Killing"  # Killed=Unknown: the pod is being deleted
 # Ended on its own (one Event each, Ready=False):
 COMPLETED: Final = "Completed"  # Done: the run finished its work (a Normal Event)
 RUN_FAILED: Final = "RunFailed"  # Failed in the runtime (the model, a tool): status.error says
+# An MCP server the run keeps could not be reached at run start: McpServersReady=False and
+# one Warning Event; a required one also ends the run Failed with this reason.
+MCP_SERVER_UNAVAILABLE: Final = "McpServerUnavailable"
+MCP_SERVERS_CONNECTED: Final = "Connected"  # McpServersReady=True
 # Ended by the operator (Failed, with one Warning Event):
 POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else

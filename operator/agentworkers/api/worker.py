@@ -168,15 +168,45 @@ class InheritedBounds(KubeModel):
 
 class WorkerEvent(KubeModel):
     """One entry of the run's recent events (tool call, tool result, thought, message,
-    status, notice)."""
+    status, an MCP server reached or not, notice)."""
 
     index: StrictInt = Field(description="Monotonic per worker, from 1.")
     kind: Literal[
-        "tool_call", "tool_result", "thought", "assistant_message", "status_change", "notice"
+        "tool_call",
+        "tool_result",
+        "thought",
+        "assistant_message",
+        "status_change",
+        "mcp_server",
+        "notice",
     ] = Field(description="What happened (notice: a problem that is not a step, e.g. a skill).")
     time: StrictStr = Field(description="When (RFC 3339).")
     summary: StrictStr = Field(
         default="", description="A short rendering of the payload.", max_length=1024
+    )
+
+
+MAX_MCP_STATUS_TOOLS = 128
+
+
+class McpServerStatus(KubeModel):
+    """One MCP server of the run, as its runtime found it at run start (and since)."""
+
+    name: StrictStr = Field(description="The server's name in the AgentConfig.")
+    url: StrictStr = Field(default="", description="Where the runtime connected.")
+    required: bool = Field(default=False, description="Whether the run needs it.")
+    state: Literal["Connected", "Unavailable"] = Field(
+        description="Connected: its tools are offered; Unavailable: the run goes without them "
+        "(or, required, fails with McpServerUnavailable)."
+    )
+    tools: tuple[StrictStr, ...] = Field(
+        default=(),
+        description="The tools the run got from it, as the model sees them (`<server>__<tool>`), "
+        "after the allow-list and disabledTools.",
+        max_length=MAX_MCP_STATUS_TOOLS,
+    )
+    message: StrictStr = Field(
+        default="", description="Why it is unavailable.", max_length=MAX_REASON_BYTES
     )
 
 
@@ -260,6 +290,11 @@ class WorkerStatus(KubeModel):
         default=None,
         description="For a descendant of a virtual-profile run: the profile whose bounds it "
         "inherits (it never gets more than that run's effective configuration).",
+    )
+    mcp_servers: tuple[McpServerStatus, ...] | None = Field(
+        default=None,
+        description="The MCP servers the run keeps, as its runtime reached them (the runtime's "
+        "report); an unavailable one gets a Warning Event (McpServerUnavailable).",
     )
     event_index: StrictInt | None = Field(default=None, description="Index of the last event.")
     queries_delivered: StrictInt | None = Field(

@@ -267,7 +267,7 @@ def explanation_text(found: Explanation) -> str:
             ("Config", found.config),
         ]
     )
-    fields = (*found.fields, *found.pod, *found.tree)
+    fields = (*found.fields, *found.mcp, *found.pod, *found.tree)
     rows = table(("FIELD", "VALUE", "LAYER"), ((f.field, f.value, f.layer) for f in fields))
     return head + "\n" + rows
 

@@ -26,6 +26,7 @@ from agentworkers.client.results import (
     WorkerInfo,
     diff_profiles,
     explain_fields,
+    explain_mcp,
     revision_ref,
 )
 from agentworkers.core.effective import EffectiveConfig, resolve
@@ -110,6 +111,7 @@ class ConfigReads(Reads):
                 inherits,
                 self._tree(body),
                 self._pod_knobs(spec.agent, info.status.pod),
+                explain_mcp(decided, info.status.mcp_servers),
             )
         config, where, revision = self._config_at(spec.agent, pinned)
         if (ref := config.model.provider_ref) is not None:
@@ -136,6 +138,7 @@ class ConfigReads(Reads):
             inherits,
             self._tree(body),
             self._pod_knobs(spec.agent, info.status.pod),
+            explain_mcp(effective, info.status.mcp_servers),
         )
 
     def _clocks(self, chain: builtins.list[Body]) -> builtins.list[ExplainedField]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentworkers.api import FrozenProfile, FrozenProfileMap, WorkerSpec, WorkerStatus
-from agentworkers.api.worker import WorkerEvent
+from agentworkers.api.worker import McpServerStatus, WorkerEvent
 from agentworkers.core.effective import AGENT, PROFILE, EffectiveConfig
 from agentworkers.core.revisions import revision_name
 
@@ -109,6 +109,8 @@ class Explanation:
     tree: tuple[ExplainedField, ...] = ()
     # Its pod's knobs (image, runtime class, placement, resources) and who set each.
     pod: tuple[ExplainedField, ...] = ()
+    # Each MCP server it keeps, and the tools the run got from it.
+    mcp: tuple[ExplainedField, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,32 @@ def explain_fields(effective: EffectiveConfig) -> tuple[ExplainedField, ...]:
             continue
         layer = effective.sources.get(name, _UNSOURCED.get(name, AGENT))
         wire = info.alias or name
-        rows.append(ExplainedField(wire, values[wire], layer))
+        value = values[wire]
+        if name == "mcp_servers":  # each server whole is in its own rows (explain_mcp)
+            value = [server["name"] for server in value]
+        rows.append(ExplainedField(wire, value, layer))
+    return tuple(rows)
+
+
+def explain_mcp(
+    effective: EffectiveConfig, reported: tuple[McpServerStatus, ...] | None
+) -> tuple[ExplainedField, ...]:
+    """Each MCP server the run keeps: where it is and the tools the run got from it (or
+    why none), as its runtime reported them; layer `runtime`, or `config` before the run
+    reported."""
+    found = {s.name: s for s in reported or ()}
+    rows = []
+    for server in effective.mcp_servers:
+        seen = found.get(server.name)
+        need = " (required)" if server.required else ""
+        if seen is None:
+            value = f"{server.url}{need}: not reached yet"
+        elif seen.state == "Connected":
+            value = f"{server.url}{need}: {', '.join(seen.tools) or 'no tools offered'}"
+        else:
+            value = f"{server.url}{need}: unavailable: {seen.message}"
+        layer = "config" if seen is None else "runtime"
+        rows.append(ExplainedField(f"mcp.{server.name}", value, layer))
     return tuple(rows)
 
 

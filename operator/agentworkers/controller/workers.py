@@ -72,6 +72,7 @@ def reconcile(
 def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
     if not worker.spec.parent:
         worker_tree.account(storage, worker)
+    _mcp_servers(worker)
     if worker.status.phase in TERMINAL_PHASES:
         _ended(storage, worker)
         return
@@ -215,6 +216,34 @@ def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
     return False
 
 
+def _mcp_servers(worker: Worker) -> None:
+    """What the runtime reported of its MCP servers: McpServersReady, and one Warning
+    Event naming those it could not reach, when that changes (the runtime itself may not
+    post Events)."""
+    found = worker.status.mcp_servers
+    if not found:
+        return
+    down = [s for s in found if s.state != "Connected"]
+    if not down:
+        message = f"{len(found)} MCP server(s) connected"
+        worker.condition(reasons.MCP_SERVERS_READY, "True", reasons.MCP_SERVERS_CONNECTED, message)
+        return
+    before = _condition(worker, reasons.MCP_SERVERS_READY)
+    message = "; ".join(
+        f"MCP server {s.name} ({s.url}){' (required)' if s.required else ''} is unavailable: "
+        f"{s.message}"
+        for s in down
+    )
+    worker.condition(reasons.MCP_SERVERS_READY, "False", reasons.MCP_SERVER_UNAVAILABLE, message)
+    after = _condition(worker, reasons.MCP_SERVERS_READY)
+    if before is None or (before.status, before.message) != (after.status, after.message):
+        worker.announce("Warning", reasons.MCP_SERVER_UNAVAILABLE, after.message)
+
+
+def _condition(worker: Worker, type_: str) -> Any:
+    return next((c for c in worker.status.conditions if c.type == type_), None)
+
+
 def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
@@ -229,6 +258,8 @@ def _ended(storage: Repository, worker: Worker) -> None:
         elif worker.status.phase == "Failed":
             why = worker.status.error or "no reason given"
             type_, reason, message = "Warning", reasons.RUN_FAILED, f"the run failed: {why}"
+            if any(s.required and s.state != "Connected" for s in worker.status.mcp_servers or ()):
+                reason = reasons.MCP_SERVER_UNAVAILABLE
         else:
             return
         worker.condition(reasons.READY, "False", reason, message)

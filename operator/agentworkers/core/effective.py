@@ -14,12 +14,13 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
-from agentworkers.api.agentconfig import AgentConfigSpec
+from agentworkers.api.agentconfig import AgentConfigSpec, McpServer
 from agentworkers.api.common import KubeModel
 from agentworkers.api.provider import Provider, ReasoningAPI
 from agentworkers.api.worker import InheritedBounds, WorkerSpec
 from agentworkers.virtualagent import (
     MAX_MAX_STEPS,
+    Overlay,
     Profile,
     block_name,
     intersect_strings,
@@ -51,7 +52,8 @@ class EffectiveConfig(KubeModel):
     reasoning_api: ReasoningAPI | None = Field(default=None, alias="reasoningAPI")
     skills: tuple[StrictStr, ...] = ()
     tools: tuple[StrictStr, ...] = ()
-    mcp_servers: tuple[StrictStr, ...] = ()
+    # Each kept server whole: the runtime connects to it (its headers' Secrets mounted).
+    mcp_servers: tuple[McpServer, ...] = ()
     disabled_tools: tuple[StrictStr, ...] = ()
     paused_servers: tuple[StrictStr, ...] = ()
     max_steps: int = MAX_MAX_STEPS
@@ -121,17 +123,12 @@ def resolve(
 
     # Sets: the worker keeps some of the agent's; the profile keeps some of those (an
     # explicit empty set keeps none) and can only hide tools and servers.
-    skills = tuple(config.skills)
-    sources["skills"] = AGENT
-    if worker.skills is not None:
-        skills, sources["skills"] = tuple(s for s in skills if s in set(worker.skills)), WORKER
-    if overlay and overlay.skills is not None:
-        kept = intersect_strings(skills, overlay.skills)
-        skills, sources["skills"] = (kept or ()), PROFILE
-    servers = tuple(s.name for s in config.mcp_servers)
+    skills, sources["skills"] = _skills(config.skills, worker.skills, overlay)
+    servers = tuple(config.mcp_servers)
     sources["mcp_servers"] = AGENT
     if worker.mcps is not None:
-        servers, sources["mcp_servers"] = tuple(s for s in servers if s in set(worker.mcps)), WORKER
+        servers = tuple(s for s in servers if s.name in set(worker.mcps))
+        sources["mcp_servers"] = WORKER
     disabled = tuple(overlay.disabled_tools or ()) if overlay else ()
     paused = tuple(overlay.paused_servers or ()) if overlay else ()
     sources["disabled_tools"] = sources["paused_servers"] = PROFILE if overlay else AGENT
@@ -139,8 +136,9 @@ def resolve(
     paused = union_strings((), paused) or ()
     tools = tuple(t for t in config.tools if t not in set(disabled))
     sources["tools"] = PROFILE if len(tools) != len(config.tools) else AGENT
-    if any(s in set(paused) for s in servers):
-        servers, sources["mcp_servers"] = tuple(s for s in servers if s not in set(paused)), PROFILE
+    if any(s.name in set(paused) for s in servers):
+        servers = tuple(s for s in servers if s.name not in set(paused))
+        sources["mcp_servers"] = PROFILE
 
     # Limits: the overlay can only tighten; a clamp is named as its own layer.
     max_tokens = overlay_clamp_max_tokens(model.max_tokens, overlay.max_tokens if overlay else None)
@@ -192,6 +190,18 @@ def resolve(
     )
 
 
+def _skills(
+    agent: tuple[str, ...], worker: tuple[str, ...] | None, overlay: Overlay | None
+) -> tuple[tuple[str, ...], str]:
+    """The skills a run keeps, and the layer that last narrowed them."""
+    skills, source = agent, AGENT
+    if worker is not None:
+        skills, source = tuple(s for s in skills if s in set(worker)), WORKER
+    if overlay and overlay.skills is not None:
+        skills, source = intersect_strings(skills, overlay.skills) or (), PROFILE
+    return skills, source
+
+
 def _limit_source(parent: int | None, overlay: int | None, result: int | None) -> str:
     if overlay is None or overlay <= 0:
         return AGENT
@@ -232,7 +242,9 @@ def inherit(
     changes.update(
         skills=kept(own.skills, ceiling.skills),
         tools=kept(own.tools, ceiling.tools),
-        mcp_servers=kept(own.mcp_servers, ceiling.mcp_servers),
+        mcp_servers=tuple(
+            s for s in own.mcp_servers if s.name in {c.name for c in ceiling.mcp_servers}
+        ),
         secrets=kept(own.secrets, ceiling.secrets),
         disabled_tools=tuple(sorted({*own.disabled_tools, *ceiling.disabled_tools})),
         paused_servers=tuple(sorted({*own.paused_servers, *ceiling.paused_servers})),

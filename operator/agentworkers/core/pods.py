@@ -82,8 +82,10 @@ def build_pod(
     `config.worker` holds the pod's knobs, the install's defaults filled in."""
     meta = worker_body["metadata"]
     name = meta["name"]
-    # The secrets the run may use, and the agent's model key, which every run of it needs.
-    mounted = sorted({*effective.secrets, *filter(None, [effective.api_key_secret])})
+    # The secrets the run may use, the agent's model key, which every run of it needs, and
+    # the header Secrets of the MCP servers it keeps (those of a hidden server stay out).
+    headers = {name for server in effective.mcp_servers for name in server.secrets()}
+    mounted = sorted({*effective.secrets, *filter(None, [effective.api_key_secret]), *headers})
     secret_volumes = [
         {"name": f"secret-{i}", "secret": {"secretName": secret, "defaultMode": 0o440}}
         for i, secret in enumerate(mounted)

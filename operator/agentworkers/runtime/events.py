@@ -33,6 +33,7 @@ class EventKind(StrEnum):
     ASSISTANT_MESSAGE = "assistant_message"
     STATUS_CHANGE = "status_change"
     NOTICE = "notice"  # something the user should know that is not a step: a skill missing
+    MCP_SERVER = "mcp_server"
 
 
 def rfc3339_now() -> str:
@@ -46,7 +47,8 @@ class Event:
     tool_call ``{name, id, args}``; tool_result ``{name, id, result}`` or
     ``{name, id, error}``; thought and assistant_message ``{text}``; status_change
     ``{status}`` plus ``error`` when it failed; notice ``{text}`` plus what it is about
-    (``skill``).
+    (``skill``); mcp_server ``{name, url, state, required}`` plus ``tools`` (connected:
+    the names offered) or ``error`` (unavailable).
     """
 
     worker: str
@@ -84,6 +86,11 @@ class Event:
                 text = str(p.get("status", ""))
                 if p.get("error"):
                     text += f": {p['error']}"
+            case EventKind.MCP_SERVER:
+                text = f"MCP server {p.get('name')} {p.get('state')}"
+                count = len(p.get("tools", []))
+                tools = f"{count} tool{'' if count == 1 else 's'}"
+                text += f": {p['error']}" if p.get("error") else f": {tools}"
             case _:
                 text = str(p.get("text", ""))
         return text if len(text) <= MAX_SUMMARY else text[: MAX_SUMMARY - 1] + "…"

@@ -261,9 +261,9 @@ class AgentLoop:
 
     def _converse(self, message: str) -> str:
         self._messages.append(Message("user", message))
-        tools = self._toolbox.specs()
         while True:  # ends with a final answer, or at max_steps
-            reply = self._step(tools)
+            # Asked each step: an MCP server may have changed its tools meanwhile.
+            reply = self._step(self._toolbox.specs())
             if reply.reasoning:
                 self._bus.publish(EventKind.THOUGHT, {"text": reply.reasoning})
             self._messages.append(

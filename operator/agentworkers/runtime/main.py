@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentworkers import kube
-from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus
+from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus, reasons
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import Client
@@ -40,8 +40,9 @@ from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
 from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
+from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
 from agentworkers.runtime.providers import client_for
-from agentworkers.runtime.skills import load_skills
+from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
 
 log = logging.getLogger("agentworkers.runtime")
@@ -209,6 +210,72 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         *Sandbox(sandbox).tools(),
         *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent)),
     ]
+    servers = McpServers(config.mcp_servers)
+    toolbox = Toolbox.for_config(config, tools, servers.tools)
+    skills, problems = load_skills(sandbox, config.skills)
+    for skill, why in problems.items():
+        log.warning("skill %s not loaded: %s", skill, why)
+        bus.publish(
+            EventKind.NOTICE, {"text": f"skill {skill!r} not loaded: {why}", "skill": skill}
+        )
+    try:
+        if not connect_mcp(servers, toolbox, bus, reporter):
+            return 1
+        return _run_loop(
+            storage, namespace, name, body, spec, config, toolbox, skills, bus, reporter
+        )
+    finally:
+        servers.close()
+        reporter.close()
+        sink.close()
+        api.client.close()
+
+
+def connect_mcp(servers: McpServers, toolbox: Toolbox, bus: EventBus, reporter: Reporter) -> bool:
+    """Connect to the run's MCP servers: one mcp_server event each, and the Worker status
+    names each with the tools the run got (the operator posts a Warning Event for one that
+    is unavailable). False, with the run Failed (McpServerUnavailable), when a required
+    one is unavailable; an optional one down, the run goes on without its tools."""
+
+    def report(connections: list[Connection]) -> None:
+        for c in connections:
+            status = c.status(toolbox.offers_mcp)
+            payload: dict[str, Any] = {"name": c.server.name, "url": c.server.url}
+            payload |= {"state": c.state, "required": c.server.required}
+            payload |= {"tools": list(status.tools)} if c.state == CONNECTED else {"error": c.error}
+            bus.publish(EventKind.MCP_SERVER, payload)
+        reporter.report(
+            mcpServers=[c.status(toolbox.offers_mcp).wire() for c in servers.connections]
+        )
+
+    connections = servers.start()
+    if not connections:
+        return True
+    report(connections)
+    down = servers.required_down()
+    if down:
+        named = "; ".join(f"{c.server.name} ({c.server.url}): {c.error}" for c in down)
+        error = f"{reasons.MCP_SERVER_UNAVAILABLE}: required MCP server unavailable: {named}"
+        bus.publish(EventKind.STATUS_CHANGE, {"status": FAILED, "error": error})
+        reporter.report(phase="Failed", error=error, lastEvent=error[:200])
+        return False
+    servers.on_change = lambda connection: report([connection])
+    return True
+
+
+def _run_loop(
+    storage: Storage,
+    namespace: str,
+    name: str,
+    body: dict[str, Any],
+    spec: WorkerSpec,
+    config: EffectiveConfig,
+    toolbox: Toolbox,
+    skills: list[Skill],
+    bus: EventBus,
+    reporter: Reporter,
+) -> int:
+    """The agent loop, its status reports, and the queries, until the run ends."""
     finished = threading.Event()
 
     def on_status(status: str, output: str | None, error: str | None) -> None:
@@ -223,16 +290,10 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         if status in (DONE, FAILED):
             finished.set()
 
-    skills, problems = load_skills(sandbox, config.skills)
-    for skill, why in problems.items():
-        log.warning("skill %s not loaded: %s", skill, why)
-        bus.publish(
-            EventKind.NOTICE, {"text": f"skill {skill!r} not loaded: {why}", "skill": skill}
-        )
     loop = AgentLoop(
         config,
         client_for(config, _api_key(config), config.script),
-        Toolbox.for_config(config, tools),
+        toolbox,
         bus,
         on_status,
         skills,
@@ -258,9 +319,6 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         code = 1
     finally:
         loop.close()
-        reporter.close()
-        sink.close()
-        api.client.close()
     return code
 
 

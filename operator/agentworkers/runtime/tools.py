@@ -1,7 +1,9 @@
 """The tools a run may call, and the toolbox that decides which ones it is offered.
 
 A tool the effective configuration does not allow is hidden: it is never offered to
-the model, and a call to it anyway comes back as an error result without running.
+the model, and a call to it anyway comes back as an error result without running. MCP
+servers' tools (``runtime.mcp``) are offered under the same rules, named
+``<server>__<tool>``.
 Failures are results too (``{"error": ...}``): the model sees them and carries on.
 
 Sandbox tools (``list_files``, ``read_file``, ``write_file``, ``run_command``) act in
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -21,6 +24,8 @@ from typing import Any, Protocol
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
+from agentworkers.api.agentconfig import McpServer
+from agentworkers.api.names import TOOL_NAME_PATTERN, mcp_tool_of
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime import sandbox
 from agentworkers.runtime.models import ToolSpec
@@ -33,6 +38,7 @@ DEFAULT_COMMAND_SECONDS = 60
 MAX_COMMAND_SECONDS = 600
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+_TOOL_NAME = re.compile(TOOL_NAME_PATTERN)
 
 
 class ToolError(Exception):
@@ -64,8 +70,10 @@ class ToolResult:
 
 
 class Toolbox:
-    """The tools on offer: registered, listed in ``allowed``, not ``disabled``, and not
-    of a ``paused`` MCP server (tools named ``<server>.<tool>``)."""
+    """The tools on offer. A built-in tool: registered, listed in ``allowed``, not
+    ``disabled``. An MCP tool (``<server>__<tool>``, as ``mcp`` lists them now): of a kept
+    server (``servers``), not a ``paused`` one, in the server's ``tools`` allow-list (empty:
+    all), its name not ``disabled``, and a name the model APIs take."""
 
     def __init__(
         self,
@@ -73,25 +81,55 @@ class Toolbox:
         allowed: Iterable[str],
         disabled: Iterable[str] = (),
         paused_servers: Iterable[str] = (),
+        servers: Iterable[McpServer] = (),
+        mcp: Callable[[], Iterable[Tool]] | None = None,
     ) -> None:
-        allowed_set, disabled_set, paused = set(allowed), set(disabled), set(paused_servers)
-        self._offered = {
-            t.name: t
-            for t in tools
-            if t.name in allowed_set
-            and t.name not in disabled_set
-            and not (("." in t.name) and t.name.partition(".")[0] in paused)
+        allowed_set, self._disabled = set(allowed), set(disabled)
+        self._builtin = {
+            t.name: t for t in tools if t.name in allowed_set and t.name not in self._disabled
         }
+        paused = set(paused_servers)
+        self._servers = {s.name: s for s in servers if s.name not in paused}
+        self._mcp = mcp
 
     @classmethod
-    def for_config(cls, config: EffectiveConfig, tools: Iterable[Tool]) -> Toolbox:
-        return cls(tools, config.tools, config.disabled_tools, config.paused_servers)
+    def for_config(
+        cls,
+        config: EffectiveConfig,
+        tools: Iterable[Tool],
+        mcp: Callable[[], Iterable[Tool]] | None = None,
+    ) -> Toolbox:
+        return cls(
+            tools,
+            config.tools,
+            config.disabled_tools,
+            config.paused_servers,
+            config.mcp_servers,
+            mcp,
+        )
+
+    def offers_mcp(self, name: str) -> bool:
+        """Whether an MCP tool of this name is on offer (when its server lists it)."""
+        found = mcp_tool_of(name)
+        if found is None or name in self._disabled or not _TOOL_NAME.match(name):
+            return False
+        server = self._servers.get(found[0])
+        return server is not None and (not server.tools or found[1] in server.tools)
+
+    @property
+    def _offered(self) -> dict[str, Tool]:
+        offered = dict(self._builtin)
+        for tool in self._mcp() if self._mcp is not None else ():
+            if self.offers_mcp(tool.name):
+                offered.setdefault(tool.name, tool)
+        return offered
 
     def names(self) -> list[str]:
         return sorted(self._offered)
 
     def specs(self) -> list[ToolSpec]:
-        return [self._offered[name].spec() for name in self.names()]
+        offered = self._offered
+        return [offered[name].spec() for name in sorted(offered)]
 
     def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         tool = self._offered.get(name)

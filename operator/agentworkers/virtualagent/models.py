@@ -121,7 +121,8 @@ class Overlay(_Shape):
         default=None,
         description=(
             "Tools hidden from the child, added to the parent's exclusions (a tool the "
-            f"parent hides stays hidden). At most {MAX_TOOL_LIST_ENTRIES} names of 1 to "
+            "parent hides stays hidden); an MCP server's tool by the name the model sees, "
+            f"`<server>__<tool>`. At most {MAX_TOOL_LIST_ENTRIES} names of 1 to "
             f"{MAX_ENTRY_LENGTH} bytes; order and duplicates do not matter."
         ),
         json_schema_extra=entry_list(MAX_TOOL_LIST_ENTRIES, MAX_ENTRY_LENGTH),
@@ -129,7 +130,8 @@ class Overlay(_Shape):
     paused_servers: Names | None = Field(
         default=None,
         description=(
-            "Tool servers paused for the child, added to the parent's paused servers. "
+            "MCP servers (AgentConfig spec.mcpServers names) paused for the child, added "
+            "to the parent's: its runs neither connect to them nor get their tools. "
             f"At most {MAX_TOOL_LIST_ENTRIES} names of 1 to {MAX_ENTRY_LENGTH} bytes; "
             "order and duplicates do not matter."
         ),

@@ -12,7 +12,10 @@ CONFIG = AgentConfigSpec.model_validate(
         "model": {"model": "big", "maxTokens": 4000, "temperature": 1.0},
         "skills": ["search", "write", "deploy"],
         "tools": ["run_command", "read_file", "spawn_worker"],
-        "mcpServers": [{"name": "git"}, {"name": "prod"}],
+        "mcpServers": [
+            {"name": "git", "url": "http://git-mcp/mcp"},
+            {"name": "prod", "url": "http://prod-mcp/mcp"},
+        ],
         "limits": {"maxSteps": 100, "tokenBudget": 100000},
         "allowedSecrets": ["model-key", "prod-db"],
     }
@@ -45,7 +48,9 @@ def test_a_grandchild_keeps_no_more_than_the_profile_run() -> None:
     assert bounded.skills == ("search",)
     assert bounded.tools == ("read_file", "spawn_worker")
     assert bounded.disabled_tools == ("run_command",)
-    assert bounded.mcp_servers == ("git",) and bounded.paused_servers == ("prod",)
+    assert [s.name for s in bounded.mcp_servers] == ["git"]
+    assert bounded.mcp_servers[0].url == "http://git-mcp/mcp"
+    assert bounded.paused_servers == ("prod",)
     assert bounded.max_steps == 10 and bounded.token_budget == 5000
     assert bounded.max_tokens == 4000
     assert bounded.secrets == ("model-key",)

@@ -107,12 +107,16 @@ def test_summaries_are_short_and_fit_the_status_ring() -> None:
     failed = bus.publish(EventKind.TOOL_RESULT, {"name": "read_file", "id": "c", "error": "no"})
     status = bus.publish(EventKind.STATUS_CHANGE, {"status": "failed", "error": "boom"})
     long = bus.publish(EventKind.ASSISTANT_MESSAGE, {"text": "x" * 5000})
+    up = bus.publish(EventKind.MCP_SERVER, {"name": "fx", "state": "Connected", "tools": ["a"]})
+    down = bus.publish(EventKind.MCP_SERVER, {"name": "g", "state": "Unavailable", "error": "x"})
 
     assert call.summary() == 'read_file({"p":1})'
     assert failed.summary() == "read_file error: no"
     assert status.summary() == "failed: boom"
     assert len(long.summary()) == MAX_SUMMARY
-    for event in (call, failed, status, long):
+    assert up.summary() == "MCP server fx Connected: 1 tool"
+    assert down.summary() == "MCP server g Unavailable: x"
+    for event in (call, failed, status, long, up, down):
         entry = WorkerEvent(
             index=event.index, kind=event.kind.value, time=event.time, summary=event.summary()
         )

@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from agentworkers.api.agentconfig import BUILTIN_TOOLS, AgentConfigSpec
+from agentworkers.api.agentconfig import BUILTIN_TOOLS, AgentConfigSpec, McpServer
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.tools import (
     MAX_READ_BYTES,
@@ -32,31 +32,50 @@ def recording_tool(name: str, calls: list[str]) -> Tool:
 
 def test_hidden_tools_are_never_offered_and_never_run() -> None:
     calls: list[str] = []
-    names = ["read_file", "write_file", "fs.read", "web.get", "unlisted"]
+    names = ["read_file", "write_file", "list_files", "unlisted"]
     config = EffectiveConfig(
         agent="a",
         provider="scripted",
         model="m",
-        tools=("read_file", "write_file", "fs.read", "web.get"),
+        tools=("read_file", "write_file", "list_files"),
         disabled_tools=("write_file",),
-        paused_servers=("fs",),
     )
     box = Toolbox.for_config(config, [recording_tool(n, calls) for n in names])
 
-    assert box.names() == ["read_file", "web.get"]
-    assert [s.name for s in box.specs()] == ["read_file", "web.get"]
-    for hidden in ("write_file", "fs.read", "unlisted", "nonexistent"):
+    assert box.names() == ["list_files", "read_file"]
+    assert [s.name for s in box.specs()] == ["list_files", "read_file"]
+    for hidden in ("write_file", "unlisted", "nonexistent"):
         result = box.call(hidden, {})
         assert result.error == f"tool {hidden!r} is not available to this run"
         assert result.result is None
     assert calls == []
-    assert box.call("web.get", {}).result == {"ran": "web.get"}
-    assert calls == ["web.get"]
+    assert box.call("read_file", {}).result == {"ran": "read_file"}
+    assert calls == ["read_file"]
 
 
-def test_a_paused_server_only_hides_its_own_tools() -> None:
-    box = Toolbox([recording_tool("fs", [])], allowed=["fs"], paused_servers=["fs"])
-    assert box.names() == ["fs"]
+def test_mcp_tools_are_offered_by_server_allow_list_pause_and_disabled_tools() -> None:
+    calls: list[str] = []
+    fs = McpServer(name="fs", url="http://fs/mcp")
+    web = McpServer(name="web", url="http://web/mcp", tools=("get", "head"))
+    every = McpServer(name="any", url="http://any/mcp")
+    listed = ["fs__read", "web__get", "web__head", "web__post", "git__log", "any__ok", "any__x.y"]
+    listed.append("read_file")
+    config = EffectiveConfig(
+        agent="a",
+        provider="scripted",
+        model="m",
+        mcp_servers=(fs, web, every),  # git: not kept (a Worker's mcps left it out)
+        disabled_tools=("web__head", "read_file"),
+        paused_servers=("fs",),
+    )
+    box = Toolbox.for_config(config, [], lambda: [recording_tool(n, calls) for n in listed])
+    # fs paused, web__post not in the allow-list, web__head disabled, git not kept, a name
+    # the model APIs refuse, and a built-in name no server may stand in for.
+    assert box.names() == ["any__ok", "web__get"]
+    for hidden in ("fs__read", "web__head", "web__post", "git__log", "any__x.y", "read_file"):
+        assert box.call(hidden, {}).error == f"tool {hidden!r} is not available to this run"
+    assert calls == []
+    assert box.call("web__get", {}).result == {"ran": "web__get"}
 
 
 def test_arguments_are_checked_against_the_schema_and_failures_become_results() -> None:
