@@ -460,9 +460,9 @@ def ensure_tools(logfile: Path) -> None:
         run(install, f"apt-get install {' '.join(missing)}", logfile, env=env)
 
 
-def apt_entries() -> Iterator[tuple[str, list[str]]]:
-    """(URI, suites) of each enabled `deb` source in this machine's apt configuration."""
-    etc = Path("/etc/apt")
+def apt_entries(etc: Path) -> Iterator[tuple[str, list[str]]]:
+    """(URI, suites) of each enabled `deb` source in an apt configuration (`etc`/apt)."""
+    etc = etc / "apt"
     lists = [etc / "sources.list", *sorted((etc / "sources.list.d").glob("*.list"))]
     for path in lists:
         for line in path.read_text().splitlines() if path.is_file() else []:
@@ -481,21 +481,21 @@ def apt_entries() -> Iterator[tuple[str, list[str]]]:
                     yield uri, fields.get("suites", "").split()
 
 
-def mirrors(suite: str) -> dict[str, str]:
+def mirrors(suite: str, etc: Path = Path("/etc")) -> dict[str, str]:
     """The apt sources for `suite`, `-updates` and `-security`, from the mirrors this machine
     uses for its own Debian release."""
-    lines = Path("/etc/os-release").read_text().splitlines()
+    lines = (etc / "os-release").read_text().splitlines()
     release = dict(line.split("=", 1) for line in lines if "=" in line)
     host = release.get("VERSION_CODENAME", "").strip('"')
     found: dict[str, str] = {}
-    for uri, suites in apt_entries():
+    for uri, suites in apt_entries(etc):
         for name in suites:
             ours = suite + name.removeprefix(host) if host and name.startswith(host) else None
             if ours in (suite, f"{suite}-updates", f"{suite}-security"):
                 found.setdefault(ours, uri)
     if suite not in found:
         raise ImageError(
-            f"no Debian mirror for {host or 'this release'} in /etc/apt/sources.list*: "
+            f"no Debian mirror for {host or 'this release'} in {etc}/apt/sources.list*: "
             f"debootstrap of {suite} takes the mirror apt uses"
         )
     return found

@@ -38,13 +38,19 @@ def built() -> image.Image:
     return image.ensure_image()
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int, float]]:
-    """Every entry of a root filesystem with its inode, size and change time."""
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every entry of a root filesystem with its inode, mode, size and modification time (not
+    its change time: another build's hard links to the base's files change that)."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             info = (Path(dirpath) / name).lstat()
-            found[f"{dirpath}/{name}"] = (info.st_ino, info.st_size, info.st_ctime)
+            found[f"{dirpath}/{name}"] = (
+                info.st_ino,
+                info.st_mode,
+                info.st_size,
+                info.st_mtime_ns,
+            )
     return found
 
 
@@ -145,6 +151,29 @@ def test_the_image_is_the_dockerfiles(built: image.Image) -> None:
         assert (root / path).is_dir(), path
     for path in image.MOUNT_FILES:
         assert (root / path).is_file(), path
+
+
+def test_the_rootfs_is_the_layouts(built: image.Image, tmp_path: Path) -> None:
+    """The root a container runs is the image's, as `umoci unpack` makes it (the builder
+    makes it from the base's unpacked root and the code's layer, without unpacking)."""
+    unpacked = tmp_path / "bundle"
+    subprocess.run(
+        ["umoci", "unpack", "--image", built.ref, str(unpacked)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    diff = subprocess.run(
+        ["diff", "-r", "--no-dereference", str(unpacked / "rootfs"), str(built.rootfs)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert diff.returncode == 0, diff.stdout[-3000:] + diff.stderr[-3000:]
+    unpacked_config = json.loads((unpacked / "config.json").read_text())["process"]
+    assert unpacked_config["user"] == {"uid": 65532, "gid": 65532}
+    assert unpacked_config["args"] == ["agentworkers", "--help"]
 
 
 def test_the_image_runs_the_working_trees_code(built: image.Image) -> None:
