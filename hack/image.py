@@ -367,11 +367,10 @@ class Root:
             pip_cache = self.cache / "pip"
             pip_cache.mkdir(parents=True, exist_ok=True)
             binds.append((str(pip_cache), "root/.cache/pip"))
-            for name in ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-                if os.path.isfile(os.environ.get(name, "")):
-                    binds.append((os.environ[name], "run/build-ca.crt"))
-                    env["PIP_CERT"] = "/run/build-ca.crt"
-                    break
+            found = host_pip_settings()
+            for source, target, variable in found:
+                binds.append((source, target))
+                env[variable] = f"/{target}"
         script = ["set -e", *mounts, f"mount -t proc proc {shlex.quote(str(root / 'proc'))}"]
         for source, target in binds:
             where = shlex.quote(str(root / target))
@@ -393,6 +392,25 @@ class Root:
         """A path of the image, under `path`."""
         absolute = dest if dest.startswith("/") else f"{self.workdir.rstrip('/')}/{dest}"
         return self.path / absolute.lstrip("/")
+
+
+def host_pip_settings() -> list[tuple[str, str, str]]:
+    """(host file, path in the chroot, pip's variable) of this machine's pip configuration
+    and certificate authorities, which its registries (or a proxy to them) may need."""
+    home = Path.home()
+    configs = [os.environ.get("PIP_CONFIG_FILE", ""), home / ".config/pip/pip.conf"]
+    configs += [home / ".pip/pip.conf", "/etc/pip.conf", "/etc/xdg/pip/pip.conf"]
+    authorities = [os.environ.get(n, "") for n in ("PIP_CERT", "REQUESTS_CA_BUNDLE")]
+    authorities += [os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt"]
+    found = []
+    for candidates, target, variable in (
+        (configs, "run/build-pip.conf", "PIP_CONFIG_FILE"),
+        (authorities, "run/build-ca.crt", "PIP_CERT"),
+    ):
+        source = next((str(c) for c in candidates if c and os.path.isfile(c)), None)
+        if source:
+            found.append((source, target, variable))
+    return found
 
 
 def copy_into(root: Root, arg: str, stages: dict[str, Path], repo: Path) -> None:
@@ -866,15 +884,17 @@ class Builder:
         for path in [*stale, *old_bases]:
             shutil.rmtree(path, ignore_errors=True)
         index = json.loads((self.layout / "index.json").read_text())
-        removed = False
+        bases_gone = False
         for entry in index.get("manifests", []):
             name = entry.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
             gone_app = name.startswith("app-") and name[4:] not in kept_apps
             gone_base = name.startswith("base-") and not (self.cache / name).exists()
             if gone_app or gone_base:
                 umoci(self.logfile, "rm", "--image", f"{self.layout}:{name}")
-                removed = True
-        if removed:
+                bases_gone |= gone_base
+        # A code layer is half a megabyte, a base 75 MB: the slow collection (seconds) is
+        # worth it only for a base's.
+        if bases_gone:
             umoci(self.logfile, "gc", "--layout", str(self.layout))
 
 
