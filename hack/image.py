@@ -598,6 +598,8 @@ class Plan:
                 self.before[key] = stage.instructions
         if not self.code:
             raise ImageError(f"Dockerfile: no stage copies {SOURCE}")
+        if len(stages) < 2 or final.base != stages[0].name:
+            raise ImageError("Dockerfile: the final stage must start FROM the first stage")
         copies = [i for i in final.instructions if i.keyword == "COPY"]
         for i in copies:
             words = shlex.split(i.arg)
@@ -694,8 +696,8 @@ class Builder:
             else:
                 parent = stages[stage.base]
                 if stage is self.recipe.final:
-                    # The final stage goes on where its parent, the base stage, ended.
-                    path = rootfs if parent == rootfs else self._copy(parent, home / name)
+                    # The final stage goes on where the first stage, its parent, ended.
+                    path = rootfs
                 else:
                     log(f"stage {name}: a copy of {stage.base}")
                     path = self._copy(parent, home / name)

@@ -203,6 +203,9 @@ def test_what_the_local_build_cannot_layer_is_refused(tree: Path) -> None:
     dockerfile.write_text(text.replace('ENTRYPOINT ["', 'HEALTHCHECK CMD true\nENTRYPOINT ["'))
     with pytest.raises(image.ImageError, match="HEALTHCHECK is not supported"):
         image.Recipe.read(tree)
+    dockerfile.write_text(text.replace("\nFROM python\n", "\nFROM build\n"))
+    with pytest.raises(image.ImageError, match="final stage must start FROM the first stage"):
+        image.Plan(image.Recipe.read(tree), tree)
     dockerfile.write_text(text.replace("bookworm-20250520-slim", "latest"))
     with pytest.raises(image.ImageError, match="debian:<suite>-<YYYYMMDD>-slim"):
         image.Recipe.read(tree)
