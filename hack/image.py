@@ -81,6 +81,7 @@ SUPPORTED = {"FROM", "ARG", "ENV", "WORKDIR", "COPY", "RUN", "LABEL", "USER", "E
 MOUNT_FILES = ("etc/hosts", "etc/hostname", "etc/resolv.conf")
 KEEP_BUILDS = 6
 KEEP_BASES = 2
+KEEP_LOGS = 20
 # What Debian's slim images leave out (debuerreotype's --slimify), and their apt cleanup.
 SLIM_DPKG = """\
 path-exclude /usr/share/doc/*
@@ -885,6 +886,8 @@ class Builder:
         old_bases = [b for b in bases[:-KEEP_BASES] if b.name != keep_base]
         for path in [*stale, *old_bases]:
             shutil.rmtree(path, ignore_errors=True)
+        for old_log in sorted((self.cache / "logs").glob("*.log"))[:-KEEP_LOGS]:
+            old_log.unlink()
         index = json.loads((self.layout / "index.json").read_text())
         bases_gone = False
         for entry in index.get("manifests", []):
