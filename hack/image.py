@@ -398,9 +398,9 @@ class Root:
 def host_pip_settings() -> list[tuple[str, str, str]]:
     """(host file, path in the chroot, pip's variable) of this machine's pip configuration
     and certificate authorities, which its registries (or a proxy to them) may need."""
-    home = Path.home()
-    configs = [os.environ.get("PIP_CONFIG_FILE", ""), home / ".config/pip/pip.conf"]
-    configs += [home / ".pip/pip.conf", "/etc/pip.conf", "/etc/xdg/pip/pip.conf"]
+    home = str(Path.home())
+    configs = [os.environ.get("PIP_CONFIG_FILE", ""), f"{home}/.config/pip/pip.conf"]
+    configs += [f"{home}/.pip/pip.conf", "/etc/pip.conf", "/etc/xdg/pip/pip.conf"]
     authorities = [os.environ.get(n, "") for n in ("PIP_CERT", "REQUESTS_CA_BUNDLE")]
     authorities += [os.environ.get("SSL_CERT_FILE", ""), "/etc/ssl/certs/ca-certificates.crt"]
     found = []
@@ -408,7 +408,7 @@ def host_pip_settings() -> list[tuple[str, str, str]]:
         (configs, "run/build-pip.conf", "PIP_CONFIG_FILE"),
         (authorities, "run/build-ca.crt", "PIP_CERT"),
     ):
-        source = next((str(c) for c in candidates if c and os.path.isfile(c)), None)
+        source = next((c for c in candidates if c and os.path.isfile(c)), None)
         if source:
             found.append((source, target, variable))
     return found
