@@ -41,8 +41,9 @@ The API, for hack/ scripts and tests (put hack/ on sys.path, then `import image`
                   # of your own beneath them need a tmpfs first (runc would otherwise
                   # make them in this directory).
 
-The last few builds' root filesystems are kept (hard links into the base's, so each costs
-only its own files); older ones are removed by later builds.
+The root filesystems of the last six builds, and of any handed out in the last day, are kept
+(hard links into the base's, so each costs only its own files); later builds remove older
+ones.
 """
 
 from __future__ import annotations
@@ -877,10 +878,13 @@ class Builder:
         log(f"code's layer {key} built in {time.monotonic() - started:.1f} s")
 
     def prune(self, keep_base: str) -> None:
-        """Older builds go: a few of each kind stay for other work trees sharing the cache."""
+        """Older builds go: a few of each kind stay for other work trees sharing the cache,
+        and every root a build handed out in the last day (a container may still run it)."""
         rootfs = sorted((self.cache / "rootfs").glob("*"), key=lambda p: p.stat().st_mtime)
         stale = [p for p in rootfs if p.name.endswith(".tmp")]
-        stale += [p for p in rootfs if not p.name.endswith(".tmp")][:-KEEP_BUILDS]
+        day_ago = time.time() - 86400
+        older = [p for p in rootfs if not p.name.endswith(".tmp")][:-KEEP_BUILDS]
+        stale += [p for p in older if p.stat().st_mtime < day_ago]
         kept_apps = {p.name for p in rootfs if p not in stale}
         bases = sorted(self.cache.glob("base-*"), key=lambda p: p.stat().st_mtime)
         old_bases = [b for b in bases[:-KEEP_BASES] if b.name != keep_base]
