@@ -119,6 +119,8 @@ def test_the_local_build_reads_the_dockerfiles_config() -> None:
     recipe = image.Recipe.read(REPO)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert recipe.suite == "bookworm" and recipe.version == project["version"]
+    # `docker build` without --build-arg VERSION labels the package's version too.
+    assert f"VERSION={project['version']}" in recipe.final.of("ARG")
     config = recipe.config()
     # The worker pods' user is the image's.
     assert config["User"] == f"{RUNTIME_UID}:{RUNTIME_UID}"
