@@ -33,15 +33,18 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 # The dependencies first, in a step of their own: a change to the code reuses it (here as a
-# cached layer, in hack/image.py as its cached base layer). The venv has no pip of its own:
-# the build stage's pip installs into it (--python).
+# cached layer, in hack/image.py as its cached base layer). So does the build backend
+# (pyproject.toml's build-system), so that building the wheel fetches nothing. The venv has
+# no pip of its own: the build stage's pip installs into it (--python).
 COPY pyproject.toml ./
 RUN python3.11 -m venv --without-pip /opt/agentworkers \
  && python3.11 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' >/tmp/requirements.txt \
- && python3.11 -m pip --python /opt/agentworkers/bin/python install --only-binary=:all: -r /tmp/requirements.txt
+ && python3.11 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))' >/tmp/build-requirements.txt \
+ && python3.11 -m pip --python /opt/agentworkers/bin/python install --only-binary=:all: -r /tmp/requirements.txt \
+ && python3.11 -m pip install --target /opt/build-backend --only-binary=:all: -r /tmp/build-requirements.txt
 COPY operator ./operator
 COPY README.md ./
-RUN python3.11 -m pip wheel --no-deps --wheel-dir /wheels . \
+RUN PYTHONPATH=/opt/build-backend python3.11 -m pip wheel --no-build-isolation --no-deps --wheel-dir /wheels . \
  && python3.11 -m pip --python /opt/agentworkers/bin/python install --only-binary=:all: /wheels/agentworkers-*.whl \
  && /opt/agentworkers/bin/python -m compileall -q /opt/agentworkers/lib \
  && /opt/agentworkers/bin/agentworkers --help >/dev/null

@@ -16,8 +16,8 @@ Two layers, cached under ${XDG_CACHE_HOME:-~/.cache}/agentworkers/image/:
 * the base: every instruction before the first `COPY` of the package's source (`operator`):
   the Debian root, its Python, the final stage's own steps, and the virtualenv with the
   project's dependencies. Keyed by a hash of those instructions and of what they copy
-  (of pyproject.toml only its dependencies and requires-python), so it is rebuilt (a few
-  minutes) only when one of them changes;
+  (of pyproject.toml only its dependencies, requires-python and build-system), so it is
+  rebuilt (minutes) only when one of them changes;
 * the project's own code: the build stage's remaining instructions, run on an overlay of
   the build stage's cached root; the overlay's upper directory under the final stage's
   `COPY --from=build` paths is the layer. Keyed by the copied files' contents, rebuilt in
@@ -636,11 +636,10 @@ class Plan:
                     for rel in context_files(self.repo, source):
                         yield rel.encode()
                         if rel == "pyproject.toml":
-                            # The base holds the dependencies: a new version or a new dev
-                            # tool does not rebuild it (the code's layer copies the file again).
-                            project = tomllib.loads((self.repo / rel).read_text())["project"]
-                            keep = {k: project.get(k) for k in ("dependencies", "requires-python")}
-                            yield json.dumps(keep, sort_keys=True).encode()
+                            # The base holds the dependencies and the build backend: a new
+                            # version or a new dev tool does not rebuild it (the code's
+                            # layer copies the file again).
+                            yield json.dumps(base_inputs(self.repo / rel)).encode()
                         else:
                             yield (self.repo / rel).read_bytes()
 
@@ -656,6 +655,17 @@ class Plan:
                         mode = (self.repo / rel).stat().st_mode & 0o777
                         parts += [rel.encode(), str(mode).encode(), (self.repo / rel).read_bytes()]
         return digest_of(parts)
+
+
+def base_inputs(pyproject: Path) -> dict[str, Any]:
+    """What of pyproject.toml the base layer holds."""
+    data = tomllib.loads(pyproject.read_text())
+    project = data["project"]
+    return {
+        "dependencies": project.get("dependencies", []),
+        "requires-python": project.get("requires-python"),
+        "build-system": data.get("build-system", {}).get("requires", []),
+    }
 
 
 class Builder:

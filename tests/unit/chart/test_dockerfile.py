@@ -187,9 +187,13 @@ def test_the_base_layer_is_rebuilt_for_its_inputs_only(tree: Path) -> None:
     pyproject.write_text(pyproject.read_text().replace('version = "', 'version = "9', 1))
     base3, code3 = keys()
     assert base3 == base and code3 not in (code, code2)
-    # A dependency or the Dockerfile's base steps: the base too.
+    # A dependency, the build backend or the Dockerfile's base steps: the base too.
     pyproject.write_text(pyproject.read_text().replace('"PyYAML>=6.0,<7"', '"PyYAML>=6.0.1,<7"'))
     assert keys()[0] != base
+    base = keys()[0]
+    pyproject.write_text(pyproject.read_text().replace('"setuptools>=69"', '"setuptools>=77"'))
+    assert keys()[0] != base
+    base = keys()[0]
     dockerfile = tree / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text().replace("python3.11 \\\n", "python3.11 tini \\\n"))
     assert "tini" in dockerfile.read_text()
