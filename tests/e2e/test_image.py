@@ -145,6 +145,7 @@ def test_the_image_is_the_dockerfiles(built: image.Image) -> None:
     assert "Package: python3-pip\n" not in status
     assert not list(root.glob("opt/agentworkers/lib/python*/site-packages/pip"))
     assert not (root / "src").exists() and not (root / "wheels").exists()
+    assert [p.name for p in (root / "opt").iterdir()] == ["agentworkers"]
     assert not list(root.glob("usr/bin/*gcc*"))
     # The mount points a read-only root cannot make at run time.
     for path in ("sandbox", "tmp", "run/agentworkers", "run/secrets/kubernetes.io/serviceaccount"):
