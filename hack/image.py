@@ -34,12 +34,14 @@ The API, for hack/ scripts and tests (put hack/ on sys.path, then `import image`
                   # Entrypoint, Cmd, WorkingDir and Labels
     img.rootfs    # Path: this image's root filesystem, unpacked. Shared by every
                   # container and every run: mount it read-only (OCI `root.readonly`)
-                  # and never write into it. It already has the mount points a pod needs:
-                  # /sandbox, /tmp, /var/run/agentworkers (→ /run/agentworkers),
+                  # and never write into it (its files are hard links into the cache).
+                  # It already has the mount points a pod needs: /sandbox (mode 1777, as
+                  # an emptyDir: runc gives a tmpfs its mount point's mode), /tmp,
+                  # /var/run/agentworkers (→ /run/agentworkers),
                   # /var/run/secrets/kubernetes.io/serviceaccount, and empty /etc/hosts,
-                  # /etc/hostname and /etc/resolv.conf to bind files onto. Mount points
-                  # of your own beneath them need a tmpfs first (runc would otherwise
-                  # make them in this directory).
+                  # /etc/hostname and /etc/resolv.conf to bind files onto. A mount point
+                  # the image lacks needs a tmpfs mounted above it first (runc would
+                  # otherwise make it in this directory).
 
 The root filesystems of the last six builds, and of any handed out in the last day, are kept
 (hard links into the base's, so each costs only its own files); later builds remove older
