@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CLUSTER := $(BIN)/python hack/localcluster.py
 
-.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image kind-up cluster-up cluster-down cluster-status dist plugin bench faults clean
+.PHONY: help demo run test tools unit e2e lint format typecheck crds helm image docker-image kind-up cluster-up cluster-down cluster-status dist plugin bench faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -24,12 +24,14 @@ run: $(BIN)/.installed ## the operator and the pod runner on the local control p
 test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local control plane
 	$(BIN)/pytest
 
-# The Go-built tools, cached: built up front so that a cold build (minutes) is not
-# charged to the first test that needs it.
-tools: ## build the Go-built tools (control plane, kwok, helm, krew) into the user cache
+# The Go-built tools and the image, cached: built up front so that a cold build (minutes)
+# is not charged to the first test that needs it.
+tools: ## build the Go-built tools (control plane, kwok, helm, krew) and, as root, the image
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 	bash hack/build-krew.sh >/dev/null
+	@if [ "$$(id -u)" = 0 ]; then $(PYTHON) hack/image.py >/dev/null; \
+	else echo "tools: not root, so no image (hack/image.py needs debootstrap and chroot)"; fi
 
 unit: $(BIN)/.installed ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit
@@ -57,10 +59,13 @@ helm: ## build helm from Go modules (cached)
 
 IMAGE ?= ghcr.io/agentworkers/agentworkers:0.1.0
 
-image: ## build the operator and runtime image (needs a Docker engine)
-	docker build -t $(IMAGE) .
+image: ## build the image from the Dockerfile, no Docker or registry (root; docs/image.md)
+	$(PYTHON) hack/image.py
 
-kind-up: image ## a kind cluster with the image loaded and the chart installed (needs Docker)
+docker-image: ## build the same Dockerfile with a Docker engine (IMAGE=name:tag)
+	docker build --build-arg VERSION=$(lastword $(subst :, ,$(IMAGE))) -t $(IMAGE) .
+
+kind-up: docker-image ## a kind cluster with the image loaded and the chart installed (needs Docker)
 	kind create cluster --name agentworkers
 	kind load docker-image $(IMAGE) --name agentworkers
 	hack/build-helm.sh >/dev/null
