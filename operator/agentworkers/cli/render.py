@@ -180,8 +180,9 @@ def stream_header(columns: Sequence[tuple[str, int]], namespaces: bool) -> str:
 
 def fixed_row(values: Sequence[Any], widths: Sequence[int]) -> str:
     """One streamed row: fixed widths, since the rows to come are not known yet (0: the
-    rest of the line)."""
-    cells = [cell(v, w or 200).ljust(w) for v, w in zip(values, widths, strict=True)]
+    rest of the line). A longer value is never cut (a namespace or a name is how a row
+    is found again): it pushes the rest of its row to the right."""
+    cells = [cell(v, 200).ljust(w) for v, w in zip(values, widths, strict=True)]
     return " ".join(cells).rstrip() + "\n"
 
 

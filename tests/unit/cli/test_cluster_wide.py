@@ -191,6 +191,11 @@ def test_streamed_rows_line_up_with_their_header() -> None:
     assert header.split()[:3] == ["NAMESPACE", "WORKER", "INDEX"]
     assert row.index("w1") == header.index("WORKER")
     assert row.split()[:2] == ["team-a", "w1"]
+    # A namespace longer than its column is printed whole, never cut.
+    long = "team-" + "x" * 50
+    assert event_row(EventRecord("w1", 3, "thought", "", "hmm", long), True).startswith(
+        long + " w1"
+    )
     watched = watch_row(info("w1", "team-b"), namespaces=True)
     assert watched.index("Running") == stream_header(WATCH_COLUMNS, True).index("PHASE")
 
