@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import lineage, metrics
+from agentworkers.controller import lineage, metrics, quotas
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_secrets
@@ -119,10 +119,12 @@ def validate_worker(
     operator: str | None = None,
     admitted: lineage.Admitted | None = None,
     dry_run: bool = False,
+    quota_pending: quotas.Pending | None = None,
 ) -> None:
-    """A spawn is checked before it persists, against its tree's limits too (`admitted`:
-    the spawns let through that the store has not seen yet); a query to a finished run is
-    refused; only the operator (the identity `operator`) writes a binding."""
+    """A spawn is checked before it persists, against its tree's limits (`admitted`: the
+    spawns let through that the store has not seen yet) and its namespace's TokenQuotas
+    (`quota_pending` likewise); a query to a finished run is refused; only the operator
+    (the identity `operator`) writes a binding."""
     namespace = body["metadata"]["namespace"]
     try:
         check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
@@ -152,6 +154,17 @@ def validate_worker(
             check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
         except SecretNotAllowedError as e:
             raise _refuse_spawn(e) from e
+    try:
+        quotas.check(
+            storage,
+            namespace,
+            body["metadata"]["name"],
+            worker.agent,
+            quota_pending or quotas.Pending(),
+            dry_run,
+        )
+    except REFUSALS as e:
+        raise _refuse_spawn(e) from e
     parent_body = storage.get("workers", namespace, worker.parent) if worker.parent else None
     if worker.parent and parent_body is None:
         raise _refuse_spawn(
