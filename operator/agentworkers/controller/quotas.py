@@ -10,12 +10,13 @@ where they outlive the Workers (collected) and the operator (restarted).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import Gauge
@@ -25,6 +26,7 @@ from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller.lineage import tokens_used
+from agentworkers.core.pods import pod_name
 from agentworkers.core.quota import Run, Usage, account, check_spawn, in_scope
 from agentworkers.errors import ApiError
 from agentworkers.kube.repository import Repository
@@ -62,8 +64,12 @@ def budget_of(storage: Repository, namespace: str) -> Callable[[str], int | None
     return budget
 
 
-def runs(storage: Repository, namespace: str) -> list[Run]:
-    """The namespace's Workers as quotas see them, from the store."""
+Holds = Callable[[dict[str, Any]], bool]
+
+
+def runs(storage: Repository, namespace: str, holds: Holds | None = None) -> list[Run]:
+    """The namespace's Workers as quotas see them, from the store; `holds`: which live
+    runs hold their budget (default: every one)."""
     budget = budget_of(storage, namespace)
     found = []
     for body in storage.in_namespace("workers", namespace):
@@ -75,7 +81,7 @@ def runs(storage: Repository, namespace: str) -> list[Run]:
                 agent=agent,
                 tokens=tokens_used(body),
                 budget=budget(agent),
-                live=phase not in TERMINAL_PHASES,
+                live=phase not in TERMINAL_PHASES and (holds is None or holds(body)),
             )
         )
     return found
@@ -91,13 +97,13 @@ def _parsed(body: dict[str, Any]) -> tuple[TokenQuotaSpec, TokenQuotaStatus] | N
 
 
 def usages(
-    storage: Repository, namespace: str, now: dt.datetime
+    storage: Repository, namespace: str, now: dt.datetime, holds: Holds | None = None
 ) -> list[tuple[dict[str, Any], TokenQuotaSpec, Usage]]:
     """Each quota of the namespace and its usage now."""
     quotas = storage.in_namespace(PLURAL, namespace)
     if not quotas:
         return []
-    found = runs(storage, namespace)
+    found = runs(storage, namespace, holds)
     out = []
     for body in quotas:
         if (parsed := _parsed(body)) is not None:
@@ -165,6 +171,31 @@ def check(
                 check_spawn(body["metadata"]["name"], spec, usage, budget, held)
         if not dry_run and budget is not None:
             pending.add(namespace, name, agent, budget)
+
+
+@contextlib.contextmanager
+def place(storage: Repository, namespace: str, name: str, agent: str) -> Iterator[None]:
+    """Hold the run's place under its namespace's quotas while it starts, if it fits:
+    counting the runs started (those with a pod), since admission counted from a store a
+    burst may outrun, or was off. A run that slipped past fails here (TokenQuotaError),
+    before any pod of its."""
+    if not storage.in_namespace(PLURAL, namespace):
+        yield
+        return
+    budget = budget_of(storage, namespace)(agent)
+
+    def started(body: dict[str, Any]) -> bool:
+        other = body["metadata"]["name"]
+        return other != name and (
+            bool((body.get("status") or {}).get("pod"))
+            or storage.get_pod(namespace, pod_name(other)) is not None
+        )
+
+    with _lock(namespace):
+        for body, spec, usage in usages(storage, namespace, dt.datetime.now(dt.UTC), started):
+            if in_scope(spec, agent):
+                check_spawn(body["metadata"]["name"], spec, usage, budget)
+        yield
 
 
 def account_all(

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from agentworkers.controller import admission, quotas
 from tests.unit.controller.memory import Memory
-from tests.unit.controller.test_worker_reconcile import planner, worker
+from tests.unit.controller.test_worker_reconcile import planner, reconcile, worker
 
 
 def team(tokens: int, budget: int = 100) -> Memory:
@@ -105,3 +105,17 @@ def test_without_a_quota_nothing_is_checked_or_held() -> None:
     planner(memory, limits={"maxSteps": 50})  # no budget, and no quota: admitted
     pending = quotas.Pending()
     assert review(memory, "w1", pending) is None
+
+
+def test_runs_that_slipped_past_admission_fail_before_their_pod() -> None:
+    memory = team(250)  # room for two runs of 100
+    for name in ("s1", "s2", "s3"):
+        memory.put("workers", worker(name))  # created with admission off
+    for name in ("s1", "s2", "s3"):
+        reconcile(memory, name)
+    pods = [n for n in ("s1", "s2", "s3") if memory.find("pods", n)]
+    assert pods == ["s1", "s2"]
+    failed = memory.find("workers", "s3")
+    assert failed is not None and failed["status"]["phase"] == "Failed"
+    assert memory.reasons("s3") == ["TokenQuotaExceeded"]
+    assert "TokenQuota 'team-a' has 50 of its 250 tokens per day left" in failed["status"]["error"]
