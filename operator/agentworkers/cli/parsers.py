@@ -470,6 +470,20 @@ def add_verbs(sub: Any, root: str) -> None:
 
     add_config_verbs(verb)
 
+    p = verb(
+        "quota",
+        "quota",
+        "show the namespace's token quotas and what is used of them this window",
+        ["", "team-a -o json", "-A"],
+        "TokenQuotas cap the tokens a namespace, or one agent in it, may use per calendar "
+        "window (UTC). USED: tokens runs reported this window; RESERVED: what live runs may "
+        "still use; a spawn whose budget exceeds REMAINING is refused (TokenQuotaExceeded). "
+        "As the operator last summed them (every few seconds).",
+        aliases=("quotas",),
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="one quota (default: all)")
+    all_namespaces_flag(p)
+
 
 def add_config_verbs(verb: Callable[..., argparse.ArgumentParser]) -> None:
     """profiles (list, show, diff) and revisions."""

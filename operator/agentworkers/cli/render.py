@@ -24,6 +24,7 @@ from agentworkers.client import (
     KillResult,
     ProfileDiff,
     ProfileSet,
+    QuotaInfo,
     RevisionInfo,
     TreeNode,
     WorkerInfo,
@@ -354,6 +355,23 @@ def revisions_text(found: Sequence[RevisionInfo], namespaces: bool = False) -> s
                 *(r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created)),
             )
             for r in found
+        ),
+    )
+
+
+def quotas_text(found: Sequence[QuotaInfo], namespaces: bool = False) -> str:
+    """TokenQuotas with their use this window, as `kubectl get tokenquotas` lists them."""
+    header = ("NAME", "AGENT", "WINDOW", "LIMIT", "USED", "RESERVED", "REMAINING", "RESETS")
+    return table(
+        led(namespaces, header),
+        (
+            (
+                *((q.namespace,) if namespaces else ()),
+                *(q.name, q.agent or "(all)", q.window, q.tokens, q.used, q.reserved),
+                q.remaining,
+                when(q.resets_at),
+            )
+            for q in found
         ),
     )
 

@@ -34,6 +34,7 @@ from agentworkers.cli.render import (
     json_line,
     kill_lines,
     profiles_text,
+    quotas_text,
     revisions_text,
     stream_header,
     tree_text,
@@ -483,4 +484,19 @@ def revisions(client: Client, args: argparse.Namespace, out: Output) -> int:
     found = client.revisions(agent, all_namespaces=everywhere)
     text = lambda: revisions_text(found, namespaces=everywhere)  # noqa: E731
     out.show(found, text, "" if found else "No revisions found.")
+    return 0
+
+
+# --- quota -----------------------------------------------------------------------------
+
+
+def quota(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.quotas(all_namespaces=args.all_namespaces)
+    if args.name:
+        found = [q for q in found if q.name == args.name]
+        if not found:
+            raise NotFoundError(f"no TokenQuota {args.name!r} in namespace {client.namespace}")
+    where = "" if args.all_namespaces else f" in namespace {client.namespace}"
+    empty = "" if found else f"No TokenQuotas found{where}."
+    out.show(found, lambda: quotas_text(found, args.all_namespaces), empty)
     return 0

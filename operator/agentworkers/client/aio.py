@@ -76,6 +76,7 @@ class AsyncClient:
     kill_selected = _in_thread(Client.kill_selected)
     forest = _in_thread(Client.forest)
     profile_sets = _in_thread(Client.profile_sets)
+    quotas = _in_thread(Client.quotas)
 
     def events(
         self,

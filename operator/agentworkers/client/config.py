@@ -22,6 +22,7 @@ from agentworkers.client.results import (
     Explanation,
     ProfileDiff,
     ProfileSet,
+    QuotaInfo,
     RevisionInfo,
     WorkerInfo,
     diff_profiles,
@@ -324,6 +325,12 @@ class ConfigReads(Reads):
             for info, spec in self._revisions(agent, all_namespaces)
             if info.active
         ]
+
+    def quotas(self, *, all_namespaces: bool = False) -> builtins.list[QuotaInfo]:
+        """The TokenQuotas of the namespace (or of every one) and their usage this window,
+        by namespace, then name."""
+        found = map(QuotaInfo.from_body, self._items("tokenquotas", all_namespaces=all_namespaces))
+        return sorted(found, key=lambda q: (q.namespace, q.name))
 
     def _revisions(
         self, agent: str | None, all_namespaces: bool

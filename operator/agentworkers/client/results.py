@@ -7,7 +7,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentworkers.api import FrozenProfile, FrozenProfileMap, WorkerSpec, WorkerStatus
+from agentworkers.api import (
+    FrozenProfile,
+    FrozenProfileMap,
+    TokenQuotaSpec,
+    TokenQuotaStatus,
+    WorkerSpec,
+    WorkerStatus,
+)
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerEvent
 from agentworkers.core.effective import AGENT, PROFILE, EffectiveConfig
 from agentworkers.core.revisions import revision_name
@@ -175,6 +182,38 @@ class RevisionInfo:
     active: bool
     profiles: int
     namespace: str = ""
+
+
+@dataclass(frozen=True)
+class QuotaInfo:
+    """A TokenQuota and its usage in the current window, as the operator last summed it."""
+
+    name: str
+    namespace: str
+    agent: str | None  # None: every run of the namespace
+    window: str
+    tokens: int
+    used: int
+    reserved: int
+    remaining: int
+    resets_at: str | None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> QuotaInfo:
+        spec = TokenQuotaSpec.model_validate(body["spec"])
+        status = TokenQuotaStatus.model_validate(body.get("status") or {})
+        remaining = spec.tokens if status.remaining is None else status.remaining
+        return cls(
+            body["metadata"]["name"],
+            body["metadata"].get("namespace", ""),
+            spec.agent,
+            spec.window,
+            spec.tokens,
+            status.used,
+            status.reserved,
+            remaining,
+            status.resets_at,
+        )
 
 
 @dataclass(frozen=True)

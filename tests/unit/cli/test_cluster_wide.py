@@ -15,6 +15,7 @@ from agentworkers.cli.render import (
     count,
     event_row,
     kill_lines,
+    quotas_text,
     revisions_text,
     stream_header,
     tree_text,
@@ -26,6 +27,7 @@ from agentworkers.client import (
     CollectResult,
     EventRecord,
     KillResult,
+    QuotaInfo,
     RevisionInfo,
     WorkerFilter,
     WorkerInfo,
@@ -253,3 +255,23 @@ def test_a_collection_across_namespaces_is_one_request() -> None:
     assert _verb_and_resource("GET", "/api/v1/pods", []) == ("LIST", "pods")
     with pytest.raises(ValueError, match="in its namespace"):
         path("workers", ALL_NAMESPACES, "w1")
+
+
+def test_quota_shows_limit_use_and_reset_with_A_a_namespace() -> None:
+    body = {
+        "metadata": {"name": "team-a", "namespace": "a"},
+        "spec": {"tokens": 1000, "window": "Hour"},
+        "status": {"used": 300, "reserved": 200, "remaining": 500,
+                   "resetsAt": "2030-01-01T01:00:00Z"},
+    }  # fmt: skip
+    found = [QuotaInfo.from_body(body)]
+    rows = quotas_text(found, namespaces=True).splitlines()
+    assert rows[0].split() == [
+        "NAMESPACE", "NAME", "AGENT", "WINDOW", "LIMIT", "USED", "RESERVED", "REMAINING", "RESETS",
+    ]  # fmt: skip
+    assert rows[1].split() == [
+        "a", "team-a", "(all)", "Hour", "1000", "300", "200", "500", "2030-01-01T01:00:00Z",
+    ]  # fmt: skip
+    # Not summed yet: all of it remains.
+    fresh = QuotaInfo.from_body({**body, "status": {}})
+    assert (fresh.used, fresh.remaining, fresh.resets_at) == (0, 1000, None)
