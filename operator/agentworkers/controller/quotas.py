@@ -19,12 +19,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import Gauge
 from pydantic import ValidationError
 
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.controller import metrics
 from agentworkers.controller.lineage import tokens_used
 from agentworkers.core.pods import pod_name
 from agentworkers.core.quota import Run, Usage, account, check_spawn, in_scope
@@ -35,13 +35,6 @@ PLURAL = "tokenquotas"
 # How often the accountant sums usage onto the statuses (admission never waits for it: it
 # counts from the store itself).
 INTERVAL = 5.0
-
-QUOTA_TOKENS = Gauge(
-    "agentworkers_token_quota_tokens",
-    "TokenQuota usage in the current window, by namespace, quota and kind (limit, used, "
-    "reserved: what live runs may still use, remaining).",
-    ["namespace", "quota", "kind"],
-)
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +207,7 @@ def account_all(
                 ("reserved", usage.reserved),
                 ("remaining", status.remaining or 0),
             ):
-                QUOTA_TOKENS.labels(namespace, name, kind).set(value)
+                metrics.QUOTA_TOKENS.labels(namespace, name, kind).set(value)
             old = TokenQuotaStatus.model_validate(body.get("status") or {})
             if old.model_copy(update={"accounted_at": None}) == status.model_copy(
                 update={"accounted_at": None}

@@ -75,7 +75,8 @@ def test_usage_outlives_collected_workers_and_a_restarted_operator() -> None:
     assert status["counted"] == {"uid-w1": 300, "uid-w2": 200}
     assert status["resetsAt"].endswith("T00:00:00Z")
     sample = REGISTRY.get_sample_value(
-        "agentworkers_token_quota_tokens", {"namespace": "ns", "quota": "team-a", "kind": "used"}
+        "agentworkers_token_quota_tokens",
+        {"quota_namespace": "ns", "quota": "team-a", "kind": "used"},
     )
     assert sample == 500
 
