@@ -60,12 +60,17 @@ def budget_of(storage: Repository, namespace: str) -> Callable[[str], int | None
 Holds = Callable[[dict[str, Any]], bool]
 
 
-def runs(storage: Repository, namespace: str, holds: Holds | None = None) -> list[Run]:
-    """The namespace's Workers as quotas see them, from the store; `holds`: which live
-    runs hold their budget (default: every one)."""
+def runs(
+    storage: Repository,
+    namespace: str,
+    holds: Holds | None = None,
+    bodies: list[dict[str, Any]] | None = None,
+) -> list[Run]:
+    """The namespace's Workers (`bodies`, default: the store's) as quotas see them;
+    `holds`: which live runs hold their budget (default: every one)."""
     budget = budget_of(storage, namespace)
     found = []
-    for body in storage.in_namespace("workers", namespace):
+    for body in storage.in_namespace("workers", namespace) if bodies is None else bodies:
         agent = (body.get("spec") or {}).get("agent", "")
         phase = (body.get("status") or {}).get("phase")
         found.append(
@@ -90,13 +95,17 @@ def _parsed(body: dict[str, Any]) -> tuple[TokenQuotaSpec, TokenQuotaStatus] | N
 
 
 def usages(
-    storage: Repository, namespace: str, now: dt.datetime, holds: Holds | None = None
+    storage: Repository,
+    namespace: str,
+    now: dt.datetime,
+    holds: Holds | None = None,
+    bodies: list[dict[str, Any]] | None = None,
 ) -> list[tuple[dict[str, Any], TokenQuotaSpec, Usage]]:
-    """Each quota of the namespace and its usage now."""
+    """Each quota of the namespace and its usage now (from `bodies`: see `runs`)."""
     quotas = storage.in_namespace(PLURAL, namespace)
     if not quotas:
         return []
-    found = runs(storage, namespace, holds)
+    found = runs(storage, namespace, holds, bodies)
     out = []
     for body in quotas:
         if (parsed := _parsed(body)) is not None:
@@ -124,15 +133,17 @@ class Pending:
         # namespace -> {worker: (expiry, agent, budget)}
         self._spawns: dict[str, dict[str, tuple[float, str, int]]] = {}
 
-    def held(self, storage: Repository, namespace: str, spec: TokenQuotaSpec) -> int:
-        """The budgets the quota's scope holds in spawns the store has not seen yet."""
+    def unseen(self, namespace: str, seen: set[str]) -> list[tuple[str, int]]:
+        """(agent, budget) of each spawn not among the Workers `seen` in one read of the
+        store; the seen and the expired are forgotten. Read after that walk, never before:
+        a Worker the store gets in between is then in the walk or here, not in neither."""
         now = time.monotonic()
         with self._lock:
             spawns = self._spawns.get(namespace, {})
             for name, (expiry, _, _) in list(spawns.items()):
-                if expiry < now or storage.get("workers", namespace, name) is not None:
+                if expiry < now or name in seen:
                     del spawns[name]
-            return sum(b for _, agent, b in spawns.values() if in_scope(spec, agent))
+            return [(agent, budget) for _, agent, budget in spawns.values()]
 
     def add(self, namespace: str, name: str, agent: str, budget: int) -> None:
         with self._lock:
@@ -158,9 +169,11 @@ def check(
     budget = budget_of(storage, namespace)(agent)
     with _lock(namespace):
         now = dt.datetime.now(dt.UTC)
-        for body, spec, usage in usages(storage, namespace, now):
+        bodies = storage.in_namespace("workers", namespace)
+        unseen = pending.unseen(namespace, {b["metadata"]["name"] for b in bodies})
+        for body, spec, usage in usages(storage, namespace, now, bodies=bodies):
             if in_scope(spec, agent):
-                held = pending.held(storage, namespace, spec)
+                held = sum(b for a, b in unseen if in_scope(spec, a))
                 check_spawn(body["metadata"]["name"], spec, usage, budget, held)
         if not dry_run and budget is not None:
             pending.add(namespace, name, agent, budget)

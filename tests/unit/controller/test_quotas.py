@@ -5,6 +5,7 @@ restarted operator (a new process: nothing in memory but what the status says)."
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import kopf
 from prometheus_client import REGISTRY
@@ -120,3 +121,28 @@ def test_runs_that_slipped_past_admission_fail_before_their_pod() -> None:
     assert failed is not None and failed["status"]["phase"] == "Failed"
     assert memory.reasons("s3") == ["TokenQuotaExceeded"]
     assert "TokenQuota 'team-a' has 50 of its 250 tokens per day left" in failed["status"]["error"]
+
+
+class ArrivesMidReview(Memory):
+    """The store gets an admitted spawn's Worker just after a review read the namespace."""
+
+    arriving: str | None = None
+
+    def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        found = super().in_namespace(plural, namespace)
+        if plural == "workers" and self.arriving:
+            self.put("workers", worker(self.arriving))
+            self.arriving = None
+        return found
+
+
+def test_a_spawn_the_store_gets_while_a_review_counts_is_counted_once() -> None:
+    memory = ArrivesMidReview()
+    planner(memory, limits={"maxSteps": 50, "tokenBudget": 100})
+    memory.put("tokenquotas", {"metadata": {"name": "team-a"}, "spec": {"tokens": 250}})
+    pending = quotas.Pending()
+    assert review(memory, "w1", pending) is None
+    assert review(memory, "w2", pending) is None
+    memory.arriving = "w2"  # in neither the walk nor (once it arrives) among the pending?
+    refused = review(memory, "w3", pending)
+    assert refused is not None and "(0 used, 200 held by live runs)" in refused
