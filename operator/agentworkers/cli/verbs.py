@@ -166,11 +166,8 @@ def selection(args: argparse.Namespace, verb: str) -> WorkerFilter | None:
 
 def nothing_found(client: Client, all_namespaces: bool) -> str:
     """What kubectl says when nothing matched (on stderr; not an error)."""
-    return (
-        "No workers found."
-        if all_namespaces
-        else (f"No workers found in namespace {client.namespace}.")
-    )
+    where = "" if all_namespaces else f" in namespace {client.namespace}"
+    return f"No workers found{where}."
 
 
 def _read(path: str) -> str:
