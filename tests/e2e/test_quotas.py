@@ -128,3 +128,17 @@ def test_a_quota_admits_what_fits_and_its_usage_outlives_runs_and_operator(
     assert spawn(cluster, namespace, "again-2") is None
     refused = spawn(cluster, namespace, "again-3")
     assert refused is not None and "TokenQuotaExceeded" in refused
+
+    # The window runs out mid-run: no run is stopped (each holds its budget); spawns wait
+    # for the next window.
+    live = sorted(set(admitted) - set(spent))[0]
+    report(cluster, namespace, live, tokensUsed={"prompt": BUDGET})
+    wait_until(
+        "the quota to count the run's whole budget",
+        lambda: quota(cluster, namespace)["status"].get("used") == sum(spent.values()) + BUDGET,
+        timeout=30,
+    )
+    assert cli_json(cluster, namespace, "inspect", live)["worker"]["status"]["phase"] == "Running"
+    assert "kill" not in cli_json(cluster, namespace, "inspect", live)["worker"]["spec"]
+    late = spawn(cluster, namespace, "late")
+    assert late is not None and "the window resets at " in late
