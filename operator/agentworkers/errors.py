@@ -123,6 +123,13 @@ class TreeLimitError(RuleError):
     reason = "TreeLimit"
 
 
+class TokenQuotaError(RuleError):
+    """A spawn a TokenQuota of its namespace has no room for; `reason` says why
+    (TokenQuotaExceeded, TokenQuotaNeedsBudget)."""
+
+    reason = "TokenQuotaExceeded"
+
+
 class RunFailedError(RuleError):
     """A run that cannot go on; `reason` is the condition's (PodLost, PodConflict, ...)."""
 

@@ -170,6 +170,7 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
         "error": "enough for today",
         "deleted": True,
         "killedChildren": [],  # it had none
+        "namespace": namespace,
     }
     assert "collect w1: " in collected.stderr
     cli(cluster, namespace, "inspect", "w1", code=3)  # collected: removed

@@ -17,6 +17,7 @@ from agentworkers.api.profile import (
     VirtualAgentProfileStatus,
 )
 from agentworkers.api.provider import ModelProviderSpec
+from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.revision import AgentConfigRevisionSpec, FrozenProfile, FrozenProfileMap
 from agentworkers.api.worker import WorkerSpec, WorkerStatus
 
@@ -216,12 +217,35 @@ MODEL_PROVIDER = Resource(
     ),
 )
 
+TOKEN_QUOTA = Resource(
+    kind="TokenQuota",
+    plural="tokenquotas",
+    description="The tokens a namespace, or one agent in it, may use per calendar window "
+    "(hour, day, month, UTC). A spawn whose own token budget does not fit in what is left is "
+    "refused at admission (TokenQuotaExceeded); usage is summed from the Workers' reported "
+    "tokens onto the status, where it outlives them.",
+    spec=TokenQuotaSpec,
+    status=TokenQuotaStatus,
+    short_names=("tq",),
+    printer_columns=(
+        column("Agent", ".spec.agent", description="Only this agent's runs (none: all)."),
+        column("Window", ".spec.window"),
+        column("Limit", ".spec.tokens", "integer", description="Tokens per window."),
+        column("Used", ".status.used", "integer", description="Used in this window."),
+        column("Reserved", ".status.reserved", "integer", description="Live runs may still use."),
+        column("Remaining", ".status.remaining", "integer"),
+        column("Resets", ".status.resetsAt", "date", description="When the window ends."),
+        AGE,
+    ),
+)
+
 RESOURCES: tuple[Resource, ...] = (
     AGENT_CONFIG,
     AGENT_CONFIG_REVISION,
     VIRTUAL_AGENT_PROFILE,
     WORKER,
     MODEL_PROVIDER,
+    TOKEN_QUOTA,
 )
 
 __all__ = [
@@ -238,6 +262,8 @@ __all__ = [
     "KubeModel",
     "ProfileEntry",
     "Resource",
+    "TokenQuotaSpec",
+    "TokenQuotaStatus",
     "VirtualAgentProfileSpec",
     "VirtualAgentProfileStatus",
     "WorkerSpec",

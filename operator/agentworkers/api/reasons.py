@@ -65,6 +65,9 @@ TREE_BUDGET: Final = "TreeBudget"  # spec.tree.tokenBudget: less left than the c
 # The tree used its spec.tree.tokenBudget: each live run below the root is killed (one Event
 # each), and the root told (one Event).
 TREE_BUDGET_EXHAUSTED: Final = "TreeBudgetExhausted"
+# A spawn past a TokenQuota of its namespace (refused at admission, Failed if one slips past):
+TOKEN_QUOTA_EXCEEDED: Final = "TokenQuotaExceeded"  # its budget does not fit in what is left
+TOKEN_QUOTA_NEEDS_BUDGET: Final = "TokenQuotaNeedsBudget"  # under a quota, a run needs a budget
 
 # --- AgentConfig and profile reasons -------------------------------------------------
 

@@ -17,6 +17,12 @@ from typing import Any, NoReturn
 FORMATS = ("table", "wide", "json", "yaml")
 TABLES = ("table", "wide")
 EVENT_COLUMNS = ("WORKER", 24), ("INDEX", 6), ("KIND", 18), ("TIME", 21), ("SUMMARY", 0)
+# A streamed table (events -A, list -w) across namespaces leads with this column.
+NAMESPACE_COLUMN = ("NAMESPACE", 20)
+WATCH_COLUMNS = (
+    ("NAME", 24), ("PHASE", 8), ("AGENT", 16), ("PROFILE", 12), ("PARENT", 16),
+    ("LAST EVENT", 24), ("AGE", 0),
+)  # fmt: skip
 # The CLI's own default for waits (the Python client has its own for its callers).
 DEFAULT_TIMEOUT = 300.0
 # How far a run has come: waiting for one phase is satisfied by any later one too (a run
@@ -65,6 +71,71 @@ def phases_from(text: str) -> frozenset[str]:
         if phase in PHASE_ORDER:
             wanted.update(PHASE_ORDER[PHASE_ORDER.index(phase) :])
     return frozenset(wanted)
+
+
+def phase_set(text: str) -> frozenset[str]:
+    """--phase: these phases exactly (comma-separated, any case)."""
+    found = set()
+    for word in filter(None, (w.strip() for w in text.split(","))):
+        phase = word.capitalize()
+        if phase not in PHASES:
+            raise argparse.ArgumentTypeError(
+                f"unknown phase {word!r} (choose from {', '.join(PHASES)})"
+            )
+        found.add(phase)
+    if not found:
+        raise argparse.ArgumentTypeError("expected a phase, e.g. Running or Done,Failed")
+    return frozenset(found)
+
+
+def all_namespaces_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        default=argparse.SUPPRESS,  # a verb's and its subcommand's (profiles list)
+        help="in every namespace (a NAMESPACE column leads); -n is ignored",
+    )
+
+
+def filter_flags(p: argparse.ArgumentParser, agent: bool = True) -> None:
+    """-l and the filters that narrow which workers a verb reads or acts on."""
+    p.add_argument(
+        "-l",
+        "--selector",
+        default="",
+        metavar="SELECTOR",
+        help="label selector, as kubectl takes it (team=a, tier!=batch, 'env in (a,b)')",
+    )
+    if agent:
+        p.add_argument("--agent", help="only workers of this agent (spec.agent)")
+    p.add_argument(
+        "--phase",
+        type=phase_set,
+        default=frozenset(),
+        metavar="PHASE[,PHASE]",
+        help="only workers in these phases (Pending: none yet)",
+    )
+    p.add_argument("--parent", help="only workers this worker spawned (spec.parent)")
+
+
+def bulk_flags(p: argparse.ArgumentParser, verb: str) -> None:
+    """NAME..., or a selection (-l, filters, --all), in one namespace or (-A) every one."""
+    p.add_argument("names", nargs="*", metavar="NAME", help="the workers (or select them)")
+    all_namespaces_flag(p)
+    filter_flags(p)
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help=f"{verb} every worker in the namespace (with -A: in every namespace)",
+    )
+    p.add_argument(
+        "--dry-run",
+        nargs="?",
+        const="client",
+        choices=("client",),
+        help=f"print what would be {verb}ed and how many; send nothing",
+    )
 
 
 def non_negative(text: str) -> int:
@@ -272,14 +343,29 @@ def add_verbs(sub: Any, root: str) -> None:
     p.add_argument("name", metavar="NAME")
     p.add_argument("message", metavar="MESSAGE", help="the message; - reads it from stdin")
 
-    verb(
+    p = verb(
         "list",
         "list_workers",
         "list workers, oldest first",
-        ["", "-n team-a -o json | jq -r '.[].name'"],
-        "Sorted by start time, then name: a stable order.",
+        [
+            "",
+            "-A",
+            "-l team=a --phase Running,Idle",
+            "-A --agent planner -w",
+            "-n team-a -o json | jq -r '.items[].name'",
+        ],
+        "Sorted by start time, then name (by namespace first with -A): a stable order. "
+        "-l selects on the API server; --agent, --phase and --parent filter what it "
+        "returns. -w prints the list, then a row per change, from one watch (with -A: one "
+        "for the whole cluster).",
         aliases=("ls",),
     )
+    all_namespaces_flag(p)
+    filter_flags(p)
+    p.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, print a row per change"
+    )
+    p.add_argument("--timeout", type=seconds, metavar="SECONDS", help="stop watching then")
 
     p = verb(
         "inspect",
@@ -295,14 +381,21 @@ def add_verbs(sub: Any, root: str) -> None:
     p = verb(
         "collect",
         "collect",
-        "wait for a worker to settle, print its output, remove it",
-        ["w1", "w1 --timeout 60 -o json | jq -r .output"],
-        "Waits (on a watch) until the worker is Idle, Done, Failed or Killed, prints its "
+        "wait for workers to settle, print their output, remove them",
+        [
+            "w1",
+            "w1 --timeout 60 -o json | jq -r .output",
+            "--all --dry-run",
+            "-l team=a --timeout 600 -o json",
+        ],
+        "Waits (on a watch) until each worker is Idle, Done, Failed or Killed, prints its "
         "phase, output and error (a killed worker's error is the kill reason), then deletes "
         "it (its pod and children go with it; --keep leaves them, for kubectl logs). A "
-        "timeout exits 5 and removes nothing.",
+        "timeout exits 5 and removes nothing of what has not settled. By selector (-l, "
+        "filters) or --all: the workers matched now, each collected as it settles, a "
+        "parent after its selected children; nothing matched says so and exits 0.",
     )
-    p.add_argument("name", metavar="NAME")
+    bulk_flags(p, "collect")
     p.add_argument("--keep", action="store_true", help="do not delete the worker")
     p.add_argument(
         "--timeout",
@@ -315,12 +408,20 @@ def add_verbs(sub: Any, root: str) -> None:
     p = verb(
         "kill",
         "kill",
-        "stop a worker's run",
-        ["w1 --reason 'over budget'", "w1 --reason 'superseded by w2' --by planner"],
+        "stop workers' runs",
+        [
+            "w1 --reason 'over budget'",
+            "w1 --reason 'superseded by w2' --by planner",
+            "-l team=a --dry-run",
+            "--all --phase Pending --reason 'queue flushed'",
+        ],
         "The operator deletes the pod, marks the worker Killed and posts an Event "
-        "'killed by WHO: REASON'; collect returns the reason as the error.",
+        "'killed by WHO: REASON'; collect returns the reason as the error. By selector "
+        "(-l, filters) or --all, as kubectl delete: a line per matched worker and the "
+        "count on stderr; runs that ended on their own are left alone; nothing matched "
+        "says so and exits 0.",
     )
-    p.add_argument("name", metavar="NAME")
+    bulk_flags(p, "kill")
     p.add_argument("--reason", default="", help="why (default: killed)")
     p.add_argument("--by", default=_user(), help="who asks (default: your user name)")
 
@@ -328,13 +429,16 @@ def add_verbs(sub: Any, root: str) -> None:
         "events",
         "events",
         "print the events of a worker, or of all",
-        ["w1", "-f", "w1 --follow --since 40 -o json"],
+        ["w1", "-f", "w1 --follow --since 40 -o json", "-f -A -l team=a"],
         "Events come from the workers' status (a bounded ring of recent events), each "
         "(worker, index) once, in index order per worker. --follow streams new ones until "
-        "interrupted, the timeout, or (for one worker) its deletion.",
+        "interrupted, the timeout, or (for one worker) its deletion; -A follows the whole "
+        "cluster on one watch.",
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="one worker (default: all)")
     event_flags(p)
+    all_namespaces_flag(p)
+    filter_flags(p)
 
     p = verb(
         "logs",
@@ -352,11 +456,13 @@ def add_verbs(sub: Any, root: str) -> None:
         "tree",
         "tree",
         "draw a worker's spawn tree: every worker below it, with phase, profile and reason",
-        ["lead", "lead -o json"],
+        ["lead", "lead -o json", "", "-A"],
         "Children are the workers whose spec.parent names their parent, oldest first; "
-        "a failed or killed one shows why, a waiting one what it waits for.",
+        "a failed or killed one shows why, a waiting one what it waits for. Without NAME: "
+        "every tree in the namespace (-A: in every namespace).",
     )
-    p.add_argument("name", metavar="NAME", help="the root of the tree")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the root (default: every root)")
+    all_namespaces_flag(p)
 
     p = verb(
         "explain",
@@ -369,16 +475,39 @@ def add_verbs(sub: Any, root: str) -> None:
     )
     p.add_argument("name", metavar="NAME")
 
+    add_config_verbs(verb)
+
+    p = verb(
+        "quota",
+        "quota",
+        "show the namespace's token quotas and what is used of them this window",
+        ["", "team-a -o json", "-A"],
+        "TokenQuotas cap the tokens a namespace, or one agent in it, may use per calendar "
+        "window (UTC). USED: tokens runs reported this window; RESERVED: what live runs may "
+        "still use; a spawn whose budget exceeds REMAINING is refused (TokenQuotaExceeded). "
+        "As the operator last summed them (every few seconds).",
+        aliases=("quotas",),
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="one quota (default: all)")
+    all_namespaces_flag(p)
+
+
+def add_config_verbs(verb: Callable[..., argparse.ArgumentParser]) -> None:
+    """profiles (list, show, diff) and revisions."""
     profiles = verb(
         "profiles",
         "profiles",
         "list, show and diff an agent's virtual-agent profiles",
-        ["", "--agent planner --revision 2", "show reviewer -o yaml", "diff 1 2"],
-        "Without a subcommand: the profiles of the active revision with hash and source.",
+        ["", "--agent planner --revision 2", "-A", "show reviewer -o yaml", "diff 1 2"],
+        "Without a subcommand: the profiles of the active revision with hash and source. "
+        "-A: of every agent's active revision in every namespace.",
     )
     agent_flags(profiles)
+    all_namespaces_flag(profiles)
     nested = profiles.add_subparsers(dest="profiles_command", metavar="{list,show,diff}")
-    agent_flags(verb("list", "profiles", "list profiles", ["", "-r 1"], parent=nested))
+    p = verb("list", "profiles", "list profiles", ["", "-r 1", "-A"], parent=nested)
+    agent_flags(p)
+    all_namespaces_flag(p)
     p = verb(
         "show",
         "profile_show",
@@ -405,11 +534,12 @@ def add_verbs(sub: Any, root: str) -> None:
         "revisions",
         "revisions",
         "list an agent's config revisions",
-        ["", "--agent planner -o json"],
+        ["", "--agent planner -o json", "-A"],
         "Oldest first, with id, digest, profile count and age; ACTIVE marks the one new "
-        "workers freeze.",
+        "workers freeze. -A: every agent's, in every namespace.",
     )
     agent_flags(p, revision=False)
+    all_namespaces_flag(p)
 
 
 def agent_flags(parser: argparse.ArgumentParser, revision: bool = True) -> None:
@@ -438,7 +568,15 @@ def _user() -> str:
 
 def parsed_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """Fill what suppressed defaults left out (flags shared by a verb and its subcommands)."""
-    for name, value in (("agent", None), ("revision", None)):
+    defaults: tuple[tuple[str, object], ...] = (
+        ("agent", None),
+        ("revision", None),
+        ("all_namespaces", False),
+        ("selector", ""),
+        ("phase", frozenset()),
+        ("parent", None),
+    )
+    for name, value in defaults:
         if not hasattr(args, name):
             setattr(args, name, value)
     return args

@@ -15,14 +15,16 @@ import yaml
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
-from agentworkers.cli.parsers import EVENT_COLUMNS
+from agentworkers.cli.parsers import EVENT_COLUMNS, NAMESPACE_COLUMN, WATCH_COLUMNS
 from agentworkers.client import (
     CollectResult,
     EventRecord,
     Explanation,
     Inspection,
+    KillResult,
     ProfileDiff,
     ProfileSet,
+    QuotaInfo,
     RevisionInfo,
     TreeNode,
     WorkerInfo,
@@ -140,21 +142,30 @@ def short(digest: str | None) -> str:
 # --- what each verb shows ------------------------------------------------------------
 
 
-def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
-    """The list table; `wide` adds the pod, the revision the run uses and its start."""
-    header = ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE")
+def led(namespaces: bool, header: Sequence[str]) -> tuple[str, ...]:
+    """The header, led by NAMESPACE when a verb reads every namespace (kubectl -A)."""
+    return (("NAMESPACE",) if namespaces else ()) + tuple(header)
+
+
+def _worker_cells(w: WorkerInfo, namespaces: bool) -> tuple[Any, ...]:
+    lead = (w.namespace,) if namespaces else ()
+    return (
+        *lead,
+        *(w.name, w.phase, w.spec.agent, w.spec.profile, w.spec.parent, w.status.last_event),
+        age(w.created),
+    )
+
+
+def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False, namespaces: bool = False) -> str:
+    """The list table; `wide` adds the pod, the revision the run uses and its start;
+    `namespaces` leads with the namespace (list -A)."""
+    header = led(namespaces, ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE"))
     extra = ("POD", "REVISION", "STARTED") if wide else ()
     return table(
         header + extra,
         (
             (
-                w.name,
-                w.phase,
-                w.spec.agent,
-                w.spec.profile,
-                w.spec.parent,
-                w.status.last_event,
-                age(w.created),
+                *_worker_cells(w, namespaces),
                 *((w.status.pod, w.status.revision, when(w.status.started_at)) if wide else ()),
             )
             for w in workers
@@ -162,22 +173,47 @@ def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
     )
 
 
-def tree_text(root: TreeNode) -> str:
-    """The spawn tree, as kubectl tree draws an owner tree: one row a worker."""
+def stream_header(columns: Sequence[tuple[str, int]], namespaces: bool) -> str:
+    """The header of a streamed table (events, list -w): fixed widths, as its rows."""
+    every = ((NAMESPACE_COLUMN,) if namespaces else ()) + tuple(columns)
+    return fixed_row([h for h, _ in every], [w for _, w in every])
+
+
+def fixed_row(values: Sequence[Any], widths: Sequence[int]) -> str:
+    """One streamed row: fixed widths, since the rows to come are not known yet (0: the
+    rest of the line). A longer value is never cut (a namespace or a name is how a row
+    is found again): it pushes the rest of its row to the right."""
+    cells = [cell(v, 200).ljust(w) for v, w in zip(values, widths, strict=True)]
+    return " ".join(cells).rstrip() + "\n"
+
+
+def watch_row(info: WorkerInfo, namespaces: bool = False) -> str:
+    """One row of list -w."""
+    widths = [w for _, w in ((NAMESPACE_COLUMN,) if namespaces else ()) + WATCH_COLUMNS]
+    return fixed_row(_worker_cells(info, namespaces), widths)
+
+
+def tree_text(roots: TreeNode | Sequence[TreeNode], namespaces: bool = False) -> str:
+    """Spawn trees, as kubectl tree draws an owner tree: one row a worker, one table for
+    them all; `namespaces` leads with the namespace (tree -A)."""
     rows: list[tuple[Any, ...]] = []
 
     def walk(node: TreeNode, lead: str, branch: str) -> None:
         w = node.worker
         why = w.status.error if w.phase in ("Failed", "Killed") else w.waiting
         used = w.status.tokens_used.total if w.status.tokens_used else None
-        rows.append((lead + branch + w.name, w.phase, w.spec.profile, used, age(w.created), why))
+        name = lead + branch + w.name
+        cells = (name, w.phase, w.spec.profile, used, age(w.created), why)
+        rows.append(((w.namespace,) if namespaces else ()) + cells)
         for i, child in enumerate(node.children):
             last = i == len(node.children) - 1
             below = lead + ("    " if branch in ("", "└── ") else "│   ")
             walk(child, below if branch else "", "└── " if last else "├── ")
 
-    walk(root, "", "")
-    return table(("NAME", "PHASE", "PROFILE", "TOKENS", "AGE", "REASON"), rows, verbatim=(0,))
+    for root in [roots] if isinstance(roots, TreeNode) else roots:
+        walk(root, "", "")
+    header = led(namespaces, ("NAME", "PHASE", "PROFILE", "TOKENS", "AGE", "REASON"))
+    return table(header, rows, verbatim=(int(namespaces),))
 
 
 def inspection_text(found: Inspection, since: int) -> str:
@@ -249,12 +285,12 @@ def when(stamp: str | None) -> str | None:
     return parsed.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def event_row(record: EventRecord) -> str:
-    """One streamed row: fixed widths, since the rows to come are not known yet."""
+def event_row(record: EventRecord, namespaces: bool = False) -> str:
+    """One streamed event; `namespaces` leads with its namespace (events -A)."""
     values = (record.worker, record.index, record.kind, when(record.time), record.summary)
-    widths = (width for _, width in EVENT_COLUMNS)
-    cells = [cell(v, w or 200).ljust(w) for v, w in zip(values, widths, strict=True)]
-    return " ".join(cells).rstrip() + "\n"
+    columns = ((NAMESPACE_COLUMN,) if namespaces else ()) + EVENT_COLUMNS
+    lead = (record.namespace,) if namespaces else ()
+    return fixed_row((*lead, *values), [w for _, w in columns])
 
 
 def explanation_text(found: Explanation) -> str:
@@ -272,12 +308,26 @@ def explanation_text(found: Explanation) -> str:
     return head + "\n" + rows
 
 
-def profiles_text(found: ProfileSet) -> str:
+def profiles_text(found: ProfileSet | Sequence[ProfileSet], namespaces: bool = False) -> str:
+    """One revision's profiles; or several agents' (profiles -A), with NAMESPACE and AGENT."""
+    if isinstance(found, ProfileSet):
+        return table(
+            ("KEY", "LABEL", "HASH", "SOURCE", "REVISION"),
+            (
+                (p.profile.key, p.profile.label, short(p.hash), p.source, found.revision.revision)
+                for p in found.profiles
+            ),
+        )
     return table(
-        ("KEY", "LABEL", "HASH", "SOURCE", "REVISION"),
+        led(namespaces, ("AGENT", "KEY", "LABEL", "HASH", "SOURCE", "REVISION")),
         (
-            (p.profile.key, p.profile.label, short(p.hash), p.source, found.revision.revision)
-            for p in found.profiles
+            (
+                *((s.revision.namespace,) if namespaces else ()),
+                *(s.revision.agent, p.profile.key, p.profile.label, short(p.hash), p.source),
+                s.revision.revision,
+            )
+            for s in found
+            for p in s.profiles
         ),
     )
 
@@ -296,14 +346,75 @@ def diff_text(found: ProfileDiff) -> str:
     )
 
 
-def revisions_text(found: Sequence[RevisionInfo]) -> str:
+def revisions_text(found: Sequence[RevisionInfo], namespaces: bool = False) -> str:
     return table(
-        ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE"),
+        led(namespaces, ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE")),
         (
-            (r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created))
+            (
+                *((r.namespace,) if namespaces else ()),
+                *(r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created)),
+            )
             for r in found
         ),
     )
+
+
+def quotas_text(found: Sequence[QuotaInfo], namespaces: bool = False) -> str:
+    """TokenQuotas with their use this window, as `kubectl get tokenquotas` lists them."""
+    header = ("NAME", "AGENT", "WINDOW", "LIMIT", "USED", "RESERVED", "REMAINING", "RESETS")
+    return table(
+        led(namespaces, header),
+        (
+            (
+                *((q.namespace,) if namespaces else ()),
+                *(q.name, q.agent or "(all)", q.window, q.tokens, q.used, q.reserved),
+                q.remaining,
+                when(q.resets_at),
+            )
+            for q in found
+        ),
+    )
+
+
+def _ref(name: str, namespace: str, namespaces: bool) -> str:
+    """worker/NAME, as kubectl names an object; across namespaces, NAMESPACE/worker/NAME."""
+    return f"{namespace}/worker/{name}" if namespaces else f"worker/{name}"
+
+
+def kill_lines(results: Sequence[KillResult], namespaces: bool = False) -> str:
+    """A line per matched worker, as kubectl delete prints them."""
+    lines = []
+    for r in results:
+        said = {
+            "killed": f"killed: {r.reason}",
+            "already killed": f"already killed: {r.reason}",
+            "finished": f"{r.phase} already: nothing to kill",
+        }[r.outcome]
+        dry = " (dry run)" if r.dry_run else ""
+        lines.append(f"{_ref(r.name, r.namespace, namespaces)} {said}{dry}\n")
+    return "".join(lines)
+
+
+def count(results: Sequence[KillResult]) -> str:
+    """How many a selection matched and what was (or would be) done to them."""
+    tally = {o: sum(r.outcome == o for r in results) for o in ("killed", "already killed")}
+    tally["left alone (finished)"] = sum(r.outcome == "finished" for r in results)
+    done = ", ".join(f"{n} {what}" for what, n in tally.items() if n)
+    noun = "worker" if len(results) == 1 else "workers"
+    dry = " (dry run: nothing sent)" if any(r.dry_run for r in results) else ""
+    return f"{len(results)} {noun} matched: {done}{dry}"
+
+
+def collect_line(result: CollectResult, namespaces: bool = False, dry_run: bool = False) -> str:
+    """One line for a worker a selection collected (or, dry, would collect)."""
+    ref = _ref(result.name, result.namespace, namespaces)
+    if dry_run:
+        return f"{ref} collected (dry run): {result.phase} now\n"
+    if not result.deleted and result.error:
+        return f"{ref} {result.error}\n"
+    kept = "collected" if result.deleted else "collected and kept"
+    error = f", error: {cell(result.error)}" if result.error else ""
+    return f"{ref} {kept}: {result.phase}{error}, output: {cell(result.output)}\n"
 
 
 def indented(text: str) -> str:

@@ -19,9 +19,11 @@ from pydantic import ValidationError
 
 from agentworkers.api import WorkerSpec
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.cli.parsers import EVENT_COLUMNS, TABLES, UsageError
+from agentworkers.cli.parsers import EVENT_COLUMNS, TABLES, WATCH_COLUMNS, UsageError
 from agentworkers.cli.render import (
+    collect_line,
     collect_text,
+    count,
     describe,
     diff_text,
     dump,
@@ -30,15 +32,23 @@ from agentworkers.cli.render import (
     indented,
     inspection_text,
     json_line,
+    kill_lines,
     profiles_text,
+    quotas_text,
     revisions_text,
+    stream_header,
     tree_text,
+    watch_row,
     worker_rows,
 )
 from agentworkers.client import (
     Client,
+    KillResult,
     NotFoundError,
+    WorkerFilter,
+    WorkerFinishedError,
     WorkerInfo,
+    kill_outcome,
 )
 from agentworkers.errors import describe as describe_invalid
 
@@ -76,6 +86,16 @@ class Output:
 
     def waiting(self, verb: str) -> Waiting | None:
         return None if self.quiet else Waiting(verb, self.stderr)
+
+    def item(self, value: Any, text: str) -> None:
+        """One item of a stream: `text` for people, else a JSON line or a YAML document."""
+        if self.fmt in TABLES:
+            self.stdout.write(text)
+        elif self.fmt == "json":
+            self.stdout.write(json_line(value))
+        else:
+            self.stdout.write("---\n" + dump(value, "yaml"))
+        self.stdout.flush()
 
 
 class Waiting:
@@ -120,6 +140,34 @@ def agent_of(client: Client, args: argparse.Namespace) -> str:
         f"namespace {client.namespace} has several agents ({', '.join(agents)}): "
         "pick one with --agent"
     )
+
+
+def worker_filter(args: argparse.Namespace) -> WorkerFilter:
+    """-l, --agent, --phase and --parent, as one filter."""
+    return WorkerFilter(args.selector, args.agent, args.phase, args.parent)
+
+
+def selection(args: argparse.Namespace, verb: str) -> WorkerFilter | None:
+    """What kill or collect acts on, as kubectl delete takes it: None for the NAMEs
+    given, else the filter that -l, the filters or --all make."""
+    where = worker_filter(args)
+    if args.names:
+        if args.all or not where.everything:
+            raise UsageError("NAME cannot be given with -l, --all or a filter")
+        if args.all_namespaces:
+            raise UsageError("a worker is named in its namespace: drop -A (or select: -l, --all)")
+        return None
+    if args.all and where.labels:
+        raise UsageError("cannot set --all and --selector at the same time")
+    if not args.all and where.everything:
+        raise UsageError(f"{verb} needs NAME..., -l SELECTOR, a filter or --all")
+    return where
+
+
+def nothing_found(client: Client, all_namespaces: bool) -> str:
+    """What kubectl says when nothing matched (on stderr; not an error)."""
+    where = "" if all_namespaces else f" in namespace {client.namespace}"
+    return f"No workers found{where}."
 
 
 def _read(path: str) -> str:
@@ -228,15 +276,38 @@ def query(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def list_workers(client: Client, args: argparse.Namespace, out: Output) -> int:
-    workers = client.list()
-    empty = "" if workers else f"No workers found in namespace {client.namespace}."
-    out.show(workers, lambda: worker_rows(workers, wide=out.fmt == "wide"), empty)
+    where, everywhere = worker_filter(args), args.all_namespaces
+    if args.watch:
+        return _watch(client, args, out, where)
+    workers = client.list(where, all_namespaces=everywhere)
+    empty = "" if workers else nothing_found(client, everywhere)
+    wide = out.fmt == "wide"
+    out.show(workers, lambda: worker_rows(workers, wide=wide, namespaces=everywhere), empty)
+    return 0
+
+
+def _watch(client: Client, args: argparse.Namespace, out: Output, where: WorkerFilter) -> int:
+    """list -w: the workers, then a row per change, as kubectl get -w prints them; JSON
+    Lines of {type, object}, as kubectl's --output-watch-events."""
+    everywhere = args.all_namespaces
+    if out.fmt in TABLES:
+        out.stdout.write(stream_header(WATCH_COLUMNS, everywhere))
+        out.stdout.flush()
+    for kind, info in client.watch(where, all_namespaces=everywhere, timeout=args.timeout):
+        out.item({"type": kind, "object": info}, watch_row(info, everywhere))
     return 0
 
 
 def tree(client: Client, args: argparse.Namespace, out: Output) -> int:
-    found = client.tree(args.name)
-    out.show(found, lambda: tree_text(found))
+    if args.name:
+        if args.all_namespaces:
+            raise UsageError("a worker is named in its namespace: drop -A (or drop NAME)")
+        found = client.tree(args.name)
+        out.show(found, lambda: tree_text(found))
+        return 0
+    roots = client.forest(all_namespaces=args.all_namespaces)
+    empty = "" if roots else nothing_found(client, args.all_namespaces)
+    out.show(list(roots), lambda: tree_text(roots, args.all_namespaces), empty)
     return 0
 
 
@@ -247,11 +318,36 @@ def inspect(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def kill(client: Client, args: argparse.Namespace, out: Output) -> int:
-    before = client.get(args.name).spec.kill
-    info = client.kill(args.name, reason=args.reason, by=args.by)
-    kill = info.spec.kill
-    said = "already killed" if before is not None else "killed"
-    out.show(info, lambda: f"worker/{info.name} {said}{f': {kill.reason}' if kill else ''}\n")
+    dry = args.dry_run is not None
+    where = selection(args, "kill")
+    if where is None:
+        return _kill_names(client, args, out, dry)
+    found = client.kill_selected(
+        where, args.reason, args.by, all_namespaces=args.all_namespaces, dry_run=dry
+    )
+    if not found:
+        out.show(found, str, nothing_found(client, args.all_namespaces))
+        return 0
+    out.show(found, lambda: kill_lines(found, args.all_namespaces))
+    out.note(count(found))
+    return 0
+
+
+def _kill_names(client: Client, args: argparse.Namespace, out: Output, dry: bool) -> int:
+    """kill NAME...: each in turn; a run that ended on its own stops it (exit 6)."""
+    for name in args.names:
+        info = client.get(name)
+        outcome = kill_outcome(info)
+        if outcome == "finished":
+            raise WorkerFinishedError(
+                f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
+            )
+        if not dry:
+            info = client.kill(name, reason=args.reason, by=args.by)
+        reason = info.spec.kill.reason if info.spec.kill else args.reason.strip() or "killed"
+        result = KillResult(info.name, info.namespace, outcome, info.phase, reason, dry)
+        text = kill_lines([result])
+        out.show(result if dry else info, lambda: text)  # noqa: B023 (called at once)
     return 0
 
 
@@ -259,39 +355,81 @@ def kill(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def collect(client: Client, args: argparse.Namespace, out: Output) -> int:
+    dry = args.dry_run is not None
+    where = selection(args, "collect")
+    if where is None:
+        for name in args.names:
+            _collect_one(client, args, out, name, dry)
+        return 0
+    everywhere = args.all_namespaces
+    waiting = None if dry else out.waiting("collect")
+    shown = 0
+    try:
+        for result in client.collect_selected(
+            where,
+            args.timeout,
+            waiting,
+            keep=args.keep,
+            all_namespaces=everywhere,
+            dry_run=dry,
+        ):
+            out.item(result, collect_line(result, everywhere, dry))
+            shown += 1
+    finally:
+        if waiting:
+            waiting.done()
+    if not shown:
+        out.note(nothing_found(client, everywhere))
+    elif dry:
+        noun = "worker" if shown == 1 else "workers"
+        out.note(f"{shown} {noun} matched (dry run: nothing waited for or removed)")
+    return 0
+
+
+def _collect_one(
+    client: Client, args: argparse.Namespace, out: Output, name: str, dry: bool
+) -> None:
+    if dry:
+        info = client.get(name)
+        out.stdout.write(f"worker/{name} collected (dry run): {info.phase} now\n")
+        return
     waiting = out.waiting("collect")
     try:
-        result = client.collect(args.name, timeout=args.timeout, progress=waiting, keep=args.keep)
+        result = client.collect(name, timeout=args.timeout, progress=waiting, keep=args.keep)
     finally:
         if waiting:
             waiting.done()
     out.show(result, lambda: collect_text(result))
-    return 0
 
 
 # --- events ----------------------------------------------------------------------------
 
 
 def events(client: Client, args: argparse.Namespace, out: Output) -> int:
-    header = "".join(h.ljust(w) + " " for h, w in EVENT_COLUMNS).rstrip() + "\n"
+    where, everywhere = worker_filter(args), args.all_namespaces
+    if args.name and (everywhere or not where.everything):
+        raise UsageError("one worker's events are read in its namespace: drop -A, -l and filters")
+    header = stream_header(EVENT_COLUMNS, everywhere)
     if out.fmt in TABLES and args.follow:  # at once: a follower sees it is listening
         out.stdout.write(header)
         out.stdout.flush()
     shown = 0
     for record in client.events(
-        args.name, follow=args.follow, since=args.since, timeout=args.timeout
+        args.name,
+        follow=args.follow,
+        since=args.since,
+        timeout=args.timeout,
+        where=where,
+        all_namespaces=everywhere,
     ):
-        if out.fmt in TABLES:
-            out.stdout.write((header if not (shown or args.follow) else "") + event_row(record))
-        elif out.fmt == "json":
-            out.stdout.write(json_line(record))
-        else:
-            out.stdout.write("---\n" + dump(record, "yaml"))
-        out.stdout.flush()
+        first = header if not (shown or args.follow) else ""
+        out.item(record, first + event_row(record, everywhere))
         shown += 1
     if not shown and out.fmt in TABLES and not args.follow:
-        where = f"worker {args.name}" if args.name else f"namespace {client.namespace}"
-        out.note(f"No events found in {where}.")
+        where_ = "" if everywhere else f" in namespace {client.namespace}"
+        out.note(
+            f"No events found in worker {args.name}." if args.name else f"No events found{where_}."
+        )
     return 0
 
 
@@ -308,6 +446,13 @@ def explain(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def profiles(client: Client, args: argparse.Namespace, out: Output) -> int:
+    if args.all_namespaces:
+        if args.revision:
+            raise UsageError("--revision names one agent's revision: drop -A")
+        sets = client.profile_sets(args.agent, all_namespaces=True)
+        empty = "" if any(s.profiles for s in sets) else "No profiles found."
+        out.show(sets, lambda: profiles_text(sets, namespaces=True), empty)
+        return 0
     found = client.profiles(agent_of(client, args), args.revision)
     empty = "" if found.profiles else f"No profiles in revision {found.revision.name}."
     out.show(found, lambda: profiles_text(found), empty)
@@ -331,6 +476,24 @@ def profile_diff(client: Client, args: argparse.Namespace, out: Output) -> int:
 
 
 def revisions(client: Client, args: argparse.Namespace, out: Output) -> int:
-    found = client.revisions(agent_of(client, args))
-    out.show(found, lambda: revisions_text(found), "" if found else "No revisions found.")
+    everywhere = args.all_namespaces
+    agent = args.agent if everywhere else agent_of(client, args)
+    found = client.revisions(agent, all_namespaces=everywhere)
+    text = lambda: revisions_text(found, namespaces=everywhere)  # noqa: E731
+    out.show(found, text, "" if found else "No revisions found.")
+    return 0
+
+
+# --- quota -----------------------------------------------------------------------------
+
+
+def quota(client: Client, args: argparse.Namespace, out: Output) -> int:
+    found = client.quotas(all_namespaces=args.all_namespaces)
+    if args.name:
+        found = [q for q in found if q.name == args.name]
+        if not found:
+            raise NotFoundError(f"no TokenQuota {args.name!r} in namespace {client.namespace}")
+    where = "" if args.all_namespaces else f" in namespace {client.namespace}"
+    empty = "" if found else f"No TokenQuotas found{where}."
+    out.show(found, lambda: quotas_text(found, args.all_namespaces), empty)
     return 0

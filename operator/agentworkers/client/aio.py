@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from agentworkers.client.results import EventRecord
-from agentworkers.client.sync import Client
+from agentworkers.client.results import CollectResult, EventRecord, WorkerFilter, WorkerInfo
+from agentworkers.client.sync import DEFAULT_COLLECT_TIMEOUT, Client, Progress
+from agentworkers.kube.watch import Change
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def _in_thread(
@@ -71,21 +73,76 @@ class AsyncClient:
     profile = _in_thread(Client.profile)
     diff_revisions = _in_thread(Client.diff_revisions)
 
-    async def events(
+    kill_selected = _in_thread(Client.kill_selected)
+    forest = _in_thread(Client.forest)
+    profile_sets = _in_thread(Client.profile_sets)
+    quotas = _in_thread(Client.quotas)
+
+    def events(
         self,
         name: str | None = None,
         *,
         follow: bool = True,
         since: int = 0,
         timeout: float | None = None,
+        where: WorkerFilter | None = None,
+        all_namespaces: bool = False,
     ) -> AsyncIterator[EventRecord]:
-        """`Client.events` as an async iterator: each next event is awaited in a thread."""
-        stream = self.sync.events(name, follow=follow, since=since, timeout=timeout)
-        try:
-            while (record := await asyncio.to_thread(next, stream, None)) is not None:
-                yield record
-        finally:
-            # Closes the watch now. A cancelled wait may still be running in its thread
-            # (closing then refuses); the watch ends at its next heartbeat all the same.
-            with contextlib.suppress(ValueError):
-                stream.close()
+        """`Client.events` as an async iterator."""
+        return _iterate(
+            self.sync.events(
+                name,
+                follow=follow,
+                since=since,
+                timeout=timeout,
+                where=where,
+                all_namespaces=all_namespaces,
+            )
+        )
+
+    def watch(
+        self,
+        where: WorkerFilter | None = None,
+        *,
+        all_namespaces: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[tuple[Change, WorkerInfo]]:
+        """`Client.watch` as an async iterator."""
+        return _iterate(self.sync.watch(where, all_namespaces=all_namespaces, timeout=timeout))
+
+    def collect_selected(
+        self,
+        where: WorkerFilter,
+        timeout: float = DEFAULT_COLLECT_TIMEOUT,
+        progress: Progress | None = None,
+        *,
+        keep: bool = False,
+        all_namespaces: bool = False,
+        dry_run: bool = False,
+    ) -> AsyncIterator[CollectResult]:
+        """`Client.collect_selected` as an async iterator: each result as its worker is
+        collected."""
+        return _iterate(
+            self.sync.collect_selected(
+                where,
+                timeout,
+                progress,
+                keep=keep,
+                all_namespaces=all_namespaces,
+                dry_run=dry_run,
+            )
+        )
+
+
+async def _iterate(stream: Generator[T, None, None]) -> AsyncIterator[T]:
+    """A generator of the sync client as an async iterator: each next item is awaited in a
+    thread."""
+    done = object()
+    try:
+        while (item := await asyncio.to_thread(next, stream, done)) is not done:
+            yield item  # type: ignore[misc]
+    finally:
+        # Closes the watch now. A cancelled wait may still be running in its thread
+        # (closing then refuses); the watch ends at its next heartbeat all the same.
+        with contextlib.suppress(ValueError):
+            stream.close()

@@ -22,6 +22,7 @@ from agentworkers.client.results import (
     Explanation,
     ProfileDiff,
     ProfileSet,
+    QuotaInfo,
     RevisionInfo,
     WorkerInfo,
     diff_profiles,
@@ -33,7 +34,7 @@ from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, PLACEMENT
 from agentworkers.core.spawning import decode_binding
 from agentworkers.errors import REFUSALS, ApiError
-from agentworkers.kube.api import Api
+from agentworkers.kube.api import ALL_NAMESPACES, Api
 from agentworkers.virtualagent import Profile
 
 
@@ -43,26 +44,45 @@ class Reads:
     api: Api
     namespace: str
 
-    def _get_object(self, plural: str, name: str, not_found: ClientError) -> Body:
+    def _get_object(
+        self, plural: str, name: str, not_found: ClientError, namespace: str | None = None
+    ) -> Body:
         try:
-            found = self.api.get(plural, self.namespace, name)
+            found = self.api.get(plural, namespace or self.namespace, name)
         except ApiError as e:
             raise translate(e) from e
         if found is None:
             raise not_found
         return found
 
-    def _items(self, plural: str, labels: str = "") -> builtins.list[Body]:
+    def _items(
+        self,
+        plural: str,
+        labels: str = "",
+        *,
+        all_namespaces: bool = False,
+        namespace: str | None = None,
+    ) -> builtins.list[Body]:
+        """One LIST: of `namespace` (default: the client's), or of every namespace."""
+        where = ALL_NAMESPACES if all_namespaces else namespace or self.namespace
         try:
-            return list(self.api.list(plural, self.namespace, labels=labels).get("items", []))
+            return list(self.api.list(plural, where, labels=labels).get("items", []))
         except ApiError as e:
             raise translate(e) from e
 
-    def _unknown(self, name: str) -> UnknownWorkerError:
-        return UnknownWorkerError(f"unknown worker {name!r} in namespace {self.namespace}")
+    def _unknown(self, name: str, namespace: str | None = None) -> UnknownWorkerError:
+        return UnknownWorkerError(
+            f"unknown worker {name!r} in namespace {namespace or self.namespace}"
+        )
 
-    def _get(self, name: str) -> Body:
-        return self._get_object("workers", name, self._unknown(name))
+    def _get(self, name: str, namespace: str | None = None) -> Body:
+        return self._get_object("workers", name, self._unknown(name, namespace), namespace)
+
+
+def _active_name(agent: Body) -> str | None:
+    """The AgentConfig's active revision's name, from its status."""
+    status = AgentConfigStatus.model_validate(agent.get("status") or {})
+    return status.active_revision.name if status.active_revision else None
 
 
 class ConfigReads(Reads):
@@ -274,8 +294,7 @@ class ConfigReads(Reads):
         return AgentConfigRevisionSpec.model_validate(self._revision_body(name)["spec"])
 
     def _active(self, agent: str) -> str | None:
-        status = AgentConfigStatus.model_validate(self._agent_body(agent).get("status") or {})
-        return status.active_revision.name if status.active_revision else None
+        return _active_name(self._agent_body(agent))
 
     @staticmethod
     def _revision_info(body: dict[str, Any], active: str | None) -> RevisionInfo:
@@ -289,13 +308,50 @@ class ConfigReads(Reads):
             created=body["metadata"].get("creationTimestamp", ""),
             active=name == active,
             profiles=len(spec.profile_map.profiles),
+            namespace=body["metadata"].get("namespace", ""),
         )
 
-    def revisions(self, agent: str) -> builtins.list[RevisionInfo]:
-        """The agent's revision history, oldest first."""
-        active = self._active(agent)
-        found = self._items("agentconfigrevisions", labels=f"{AGENT_LABEL}={agent}")
-        return sorted((self._revision_info(b, active) for b in found), key=lambda r: r.revision)
+    def revisions(
+        self, agent: str | None = None, *, all_namespaces: bool = False
+    ) -> builtins.list[RevisionInfo]:
+        """The revision history of `agent` (None: of every agent) in the namespace, or in
+        every namespace; by namespace, agent, then id. Two LISTs, whatever the count."""
+        return [info for info, _ in self._revisions(agent, all_namespaces)]
+
+    def profile_sets(
+        self, agent: str | None = None, *, all_namespaces: bool = False
+    ) -> builtins.list[ProfileSet]:
+        """The profiles of the active revision of `agent` (None: of every agent that has
+        one) in the namespace, or in every namespace; by namespace, then agent."""
+        return [
+            ProfileSet(info, spec.profile_map.profiles)
+            for info, spec in self._revisions(agent, all_namespaces)
+            if info.active
+        ]
+
+    def quotas(self, *, all_namespaces: bool = False) -> builtins.list[QuotaInfo]:
+        """The TokenQuotas of the namespace (or of every one) and their usage this window,
+        by namespace, then name."""
+        found = map(QuotaInfo.from_body, self._items("tokenquotas", all_namespaces=all_namespaces))
+        return sorted(found, key=lambda q: (q.namespace, q.name))
+
+    def _revisions(
+        self, agent: str | None, all_namespaces: bool
+    ) -> builtins.list[tuple[RevisionInfo, AgentConfigRevisionSpec]]:
+        if agent and not all_namespaces:
+            actives = {(self.namespace, agent): self._active(agent)}
+        else:
+            actives = {
+                (b["metadata"].get("namespace", ""), b["metadata"]["name"]): _active_name(b)
+                for b in self._items("agentconfigs", all_namespaces=all_namespaces)
+            }
+        labels = f"{AGENT_LABEL}={agent}" if agent else ""
+        found = []
+        for body in self._items("agentconfigrevisions", labels, all_namespaces=all_namespaces):
+            spec = AgentConfigRevisionSpec.model_validate(body["spec"])
+            owner = (body["metadata"].get("namespace", self.namespace), spec.agent)
+            found.append((self._revision_info(body, actives.get(owner)), spec))
+        return sorted(found, key=lambda r: (r[0].namespace, r[0].agent, r[0].revision))
 
     def revision(
         self, agent: str, ref: str | int | None = None

@@ -14,6 +14,7 @@ from agentworkers.errors import (
     ApiError,
     ConfigError,
     NotFoundError,
+    TokenQuotaError,
     TreeLimitError,
     UnknownWorkerError,
     WorkerFinishedError,
@@ -53,6 +54,9 @@ _REFUSALS: dict[str, type[AgentWorkersError]] = {
         ),
         TreeLimitError,
     ),
+    **dict.fromkeys(
+        (reasons.TOKEN_QUOTA_EXCEEDED, reasons.TOKEN_QUOTA_NEEDS_BUDGET), TokenQuotaError
+    ),
 }
 
 
@@ -73,6 +77,7 @@ __all__ = [
     "CollectTimeoutError",
     "ConfigError",
     "NotFoundError",
+    "TokenQuotaError",
     "TreeLimitError",
     "UnknownWorkerError",
     "WaitTimeoutError",

@@ -3,12 +3,19 @@ and the pure helpers that make them (unit-tested without a cluster)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentworkers.api import FrozenProfile, FrozenProfileMap, WorkerSpec, WorkerStatus
-from agentworkers.api.worker import McpServerStatus, WorkerEvent
+from agentworkers.api import (
+    FrozenProfile,
+    FrozenProfileMap,
+    TokenQuotaSpec,
+    TokenQuotaStatus,
+    WorkerSpec,
+    WorkerStatus,
+)
+from agentworkers.api.worker import TERMINAL_PHASES, McpServerStatus, WorkerEvent
 from agentworkers.core.effective import AGENT, PROFILE, EffectiveConfig
 from agentworkers.core.revisions import revision_name
 
@@ -24,14 +31,17 @@ class WorkerInfo:
     spec: WorkerSpec
     status: WorkerStatus
     created: str
+    namespace: str = ""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> WorkerInfo:
+        metadata = body["metadata"]
         return cls(
-            name=body["metadata"]["name"],
+            name=metadata["name"],
             spec=WorkerSpec.model_validate(body["spec"]),
             status=WorkerStatus.model_validate(body.get("status") or {}),
-            created=body["metadata"].get("creationTimestamp", ""),
+            created=metadata.get("creationTimestamp", ""),
+            namespace=metadata.get("namespace", ""),
         )
 
     @property
@@ -56,6 +66,55 @@ class WorkerInfo:
 
 
 @dataclass(frozen=True)
+class WorkerFilter:
+    """Which workers a cluster-wide verb acts on, as kubectl selects: `labels` is a label
+    selector (`team=a,tier!=batch`, sent to the API server); `agent`, `phases` and
+    `parent` match spec.agent, the phase (Pending: none yet) and spec.parent. Empty
+    matches every worker (`--all`)."""
+
+    labels: str = ""
+    agent: str | None = None
+    phases: frozenset[str] = frozenset()
+    parent: str | None = None
+
+    def matches(self, info: WorkerInfo) -> bool:
+        """The checks the API server cannot make (all but the labels)."""
+        return (
+            (self.agent is None or info.spec.agent == self.agent)
+            and (not self.phases or info.phase in self.phases)
+            and (self.parent is None or info.spec.parent == self.parent)
+        )
+
+    @property
+    def everything(self) -> bool:
+        return self == WorkerFilter()
+
+
+KillOutcome = Literal["killed", "already killed", "finished"]
+
+
+@dataclass(frozen=True)
+class KillResult:
+    """What a kill by selector did (or, in a dry run, would do) to one matched worker:
+    killed; already killed (the first reason stands); finished (Done or Failed on its
+    own: nothing to kill, left alone)."""
+
+    name: str
+    namespace: str
+    outcome: KillOutcome
+    phase: str
+    reason: str
+    dry_run: bool = False
+
+
+def kill_outcome(info: WorkerInfo) -> KillOutcome:
+    """What a kill would do to the run as it is."""
+    if info.spec.kill is not None:
+        return "already killed"
+    return "finished" if info.phase in TERMINAL_PHASES else "killed"
+
+
+@dataclass(frozen=True)
 class CollectResult:
     name: str
     phase: str
@@ -66,6 +125,7 @@ class CollectResult:
     # For a killed run: its children the kill reached (names), when these credentials can
     # list Workers (a runtime's cannot).
     killed_children: tuple[str, ...] = ()
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,6 +147,7 @@ class EventRecord:
     kind: str
     time: str
     summary: str
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +183,39 @@ class RevisionInfo:
     created: str
     active: bool
     profiles: int
+    namespace: str = ""
+
+
+@dataclass(frozen=True)
+class QuotaInfo:
+    """A TokenQuota and its usage in the current window, as the operator last summed it."""
+
+    name: str
+    namespace: str
+    agent: str | None  # None: every run of the namespace
+    window: str
+    tokens: int
+    used: int
+    reserved: int
+    remaining: int
+    resets_at: str | None
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> QuotaInfo:
+        spec = TokenQuotaSpec.model_validate(body["spec"])
+        status = TokenQuotaStatus.model_validate(body.get("status") or {})
+        remaining = spec.tokens if status.remaining is None else status.remaining
+        return cls(
+            body["metadata"]["name"],
+            body["metadata"].get("namespace", ""),
+            spec.agent,
+            spec.window,
+            spec.tokens,
+            status.used,
+            status.reserved,
+            remaining,
+            status.resets_at,
+        )
 
 
 @dataclass(frozen=True)
@@ -166,18 +260,58 @@ class TreeNode:
 
 
 def spawn_tree(workers: Iterable[WorkerInfo], root: str) -> TreeNode | None:
-    """The tree below `root` from a flat list (children oldest first); None: no such worker."""
+    """The tree below `root` from a flat list of one namespace (children oldest first);
+    None: no such worker."""
     by_name = {w.name: w for w in workers}
-    children: dict[str, list[WorkerInfo]] = {}
-    for w in by_name.values():
-        if w.spec.parent:
-            children.setdefault(w.spec.parent, []).append(w)
+    return _tree_below(by_name[root], _children(by_name.values())) if root in by_name else None
 
+
+def spawn_forest(workers: Iterable[WorkerInfo]) -> tuple[TreeNode, ...]:
+    """Every tree in a flat list of one namespace or many: a root is a worker whose parent
+    is not in the list (none, or already collected); ordered by namespace, then start."""
+    every = list(workers)
+    known = {(w.namespace, w.name) for w in every}
+    children = _children(every)
+    order = sorted(every, key=lambda w: (w.namespace, w.started, w.name))
+    trees = [
+        _tree_below(w, children)
+        for w in order
+        if not w.spec.parent or (w.namespace, w.spec.parent) not in known
+    ]
+    # A parent loop has no root: its oldest member draws it, so no worker goes unshown.
+    reached = {(n.worker.namespace, n.worker.name) for tree in trees for n in _walk(tree)}
+    for w in order:
+        if (w.namespace, w.name) not in reached:
+            trees.append(loop := _tree_below(w, children))
+            reached.update((n.worker.namespace, n.worker.name) for n in _walk(loop))
+    return tuple(trees)
+
+
+def _walk(node: TreeNode) -> Iterator[TreeNode]:
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+_Key = tuple[str, str]  # (namespace, name): names are unique in a namespace only
+
+
+def _children(workers: Iterable[WorkerInfo]) -> dict[_Key, list[WorkerInfo]]:
+    children: dict[_Key, list[WorkerInfo]] = {}
+    for w in workers:
+        if w.spec.parent:
+            children.setdefault((w.namespace, w.spec.parent), []).append(w)
+    return children
+
+
+def _tree_below(root: WorkerInfo, children: Mapping[_Key, list[WorkerInfo]]) -> TreeNode:
     def node(info: WorkerInfo, seen: frozenset[str]) -> TreeNode:
-        below = sorted(children.get(info.name, ()), key=lambda w: (w.started, w.name))
+        below = sorted(
+            children.get((info.namespace, info.name), ()), key=lambda w: (w.started, w.name)
+        )
         return TreeNode(info, tuple(node(c, seen | {c.name}) for c in below if c.name not in seen))
 
-    return node(by_name[root], frozenset({root})) if root in by_name else None
+    return node(root, frozenset({root.name}))
 
 
 class EventCursor:
@@ -198,8 +332,8 @@ class EventCursor:
         fresh = sorted((e for e in events if e.index > last), key=lambda e: e.index)
         if fresh:
             self._seen[uid] = fresh[-1].index
-        name = body["metadata"]["name"]
-        return [EventRecord(name, e.index, e.kind, e.time, e.summary) for e in fresh]
+        name, namespace = body["metadata"]["name"], body["metadata"].get("namespace", "")
+        return [EventRecord(name, e.index, e.kind, e.time, e.summary, namespace) for e in fresh]
 
     def forget(self, body: Mapping[str, Any]) -> None:
         self._seen.pop(body["metadata"].get("uid") or body["metadata"]["name"], None)

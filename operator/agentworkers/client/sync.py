@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import time
-from collections.abc import Callable, Collection, Generator, Iterator
+from collections.abc import Callable, Collection, Generator, Iterator, Mapping
 from typing import Any
 
 from agentworkers import kube
@@ -41,18 +41,55 @@ from agentworkers.client.results import (
     EventCursor,
     EventRecord,
     Inspection,
+    KillResult,
     TreeNode,
+    WorkerFilter,
     WorkerInfo,
     inspection,
+    kill_outcome,
+    spawn_forest,
     spawn_tree,
 )
-from agentworkers.kube.api import JSON_PATCH, MERGE
+from agentworkers.kube.api import ALL_NAMESPACES, JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
 
 PLURAL = "workers"
 DEFAULT_COLLECT_TIMEOUT = 300.0
 
 Progress = Callable[[WorkerInfo], None]
+# What collect by selector says of a selected worker someone else removed meanwhile.
+_GONE = "deleted before it was collected"
+
+
+def _settled(info: WorkerInfo) -> bool:
+    """Done with for collect: a run asked to stop only once it is Killed (or ended)."""
+    return info.phase in (TERMINAL_PHASES if info.spec.kill else SETTLED_PHASES)
+
+
+def _ready(
+    key: tuple[str, str],
+    info: WorkerInfo,
+    pending: Mapping[tuple[str, str], WorkerInfo],
+    keep: bool,
+) -> bool:
+    """Collectable now: settled, and (when collect removes it) no selected child left,
+    which its removal would take along."""
+    if not _settled(info):
+        return False
+    return keep or all((w.namespace, w.spec.parent) != key for w in pending.values())
+
+
+def _result(
+    info: WorkerInfo, keep: bool, error: str = "", killed_children: tuple[str, ...] = ()
+) -> CollectResult:
+    """What collect returns for the run as it is; a killed run's error is the kill reason."""
+    error = error or info.status.error or ""
+    if info.phase == "Killed" and not error:
+        error = info.spec.kill.reason if info.spec.kill else "killed"
+    output = info.status.output or ""
+    return CollectResult(
+        info.name, info.phase, output, error, not keep, killed_children, info.namespace
+    )
 
 
 class Client(ConfigReads):
@@ -82,17 +119,29 @@ class Client(ConfigReads):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _patch(self, name: str, patch: Any, content_type: str = MERGE) -> Body:
+    def _patch(
+        self, name: str, patch: Any, content_type: str = MERGE, namespace: str | None = None
+    ) -> Body:
+        namespace = namespace or self.namespace
         try:
-            return self.api.patch(PLURAL, self.namespace, name, patch, content_type)
+            return self.api.patch(PLURAL, namespace, name, patch, content_type)
         except ApiError as e:
-            raise translate(e, self._unknown(name)) from e
+            raise translate(e, self._unknown(name, namespace)) from e
 
     def _observe(
-        self, name: str | None, deadline: float | None
+        self,
+        name: str | None,
+        deadline: float | None,
+        labels: str = "",
+        all_namespaces: bool = False,
     ) -> Iterator[tuple[Change, Body | None]]:
+        """One watch: on one worker, on the namespace's, or on the cluster's (`labels`
+        narrows the last two on the server)."""
+        namespace = ALL_NAMESPACES if all_namespaces else self.namespace
         try:
-            yield from observe(self.api, PLURAL, self.namespace, name=name, deadline=deadline)
+            yield from observe(
+                self.api, PLURAL, namespace, name=name, labels=labels, deadline=deadline
+            )
         except ApiError as e:
             raise translate(e) from e
 
@@ -127,10 +176,42 @@ class Client(ConfigReads):
     def get(self, name: str) -> WorkerInfo:
         return WorkerInfo.from_body(self._get(name))
 
-    def list(self) -> builtins.list[WorkerInfo]:
-        """Every worker, oldest first (start time, then name): a stable order to page through."""
-        infos = [WorkerInfo.from_body(b) for b in self._items(PLURAL)]
-        return sorted(infos, key=lambda w: (w.started, w.name))
+    def list(
+        self, where: WorkerFilter | None = None, *, all_namespaces: bool = False
+    ) -> builtins.list[WorkerInfo]:
+        """The workers `where` selects (default: all) in the namespace, or in every one;
+        oldest first (start time, then name; by namespace first across namespaces): a
+        stable order to page through. One LIST, whatever the namespace count."""
+        where = where or WorkerFilter()
+        bodies = self._items(PLURAL, labels=where.labels, all_namespaces=all_namespaces)
+        infos = [info for info in map(WorkerInfo.from_body, bodies) if where.matches(info)]
+        return sorted(infos, key=lambda w: (w.namespace, w.started, w.name))
+
+    def watch(
+        self,
+        where: WorkerFilter | None = None,
+        *,
+        all_namespaces: bool = False,
+        timeout: float | None = None,
+    ) -> Generator[tuple[Change, WorkerInfo], None, None]:
+        """The selected workers as they are, then every change to them ("ADDED",
+        "MODIFIED", "DELETED"), from one watch on the namespace or the whole cluster,
+        until the timeout (None: never). A worker that stops matching (its phase moved on,
+        with `phases`) comes once more, as it is now, then no longer."""
+        where = where or WorkerFilter()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown: set[str] = set()
+        for kind, body in self._observe(None, deadline, where.labels, all_namespaces):
+            if body is None or kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            info, uid = WorkerInfo.from_body(body), body["metadata"]["uid"]
+            if where.matches(info) and kind != "DELETED":
+                shown.add(uid)
+            elif uid in shown:
+                shown.discard(uid)
+            else:
+                continue
+            yield kind, info
 
     def tree(self, name: str) -> TreeNode:
         """The worker and every worker below it (spec.parent), from one listing."""
@@ -138,6 +219,10 @@ class Client(ConfigReads):
         if found is None:
             raise self._unknown(name)
         return found
+
+    def forest(self, *, all_namespaces: bool = False) -> tuple[TreeNode, ...]:
+        """Every spawn tree in the namespace (or in every one), from one listing."""
+        return spawn_forest(self.list(all_namespaces=all_namespaces))
 
     def query(self, name: str, message: str) -> WorkerInfo:
         """Append a message to spec.queries; the operator refuses one to a finished worker."""
@@ -170,15 +255,49 @@ class Client(ConfigReads):
         stands). A run that ended on its own (Done, Failed) has nothing to kill:
         WorkerFinishedError.
         """
-        info = self.get(name)
+        return self._kill(name, self.namespace, reason, by)[0]
+
+    def _kill(self, name: str, namespace: str, reason: str, by: str) -> tuple[WorkerInfo, bool]:
+        """The worker, and whether this call asked it to stop (False: someone had)."""
+        info = WorkerInfo.from_body(self._get(name, namespace))
         if info.spec.kill is not None:
-            return info
+            return info, False
         if info.phase in TERMINAL_PHASES:
             raise WorkerFinishedError(
                 f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
             )
-        kill = {"reason": reason.strip() or "killed", "by": by}
-        return WorkerInfo.from_body(self._patch(name, {"spec": {"kill": kill}}))
+        kill = {"spec": {"kill": {"reason": reason.strip() or "killed", "by": by}}}
+        return WorkerInfo.from_body(self._patch(name, kill, MERGE, namespace)), True
+
+    def kill_selected(
+        self,
+        where: WorkerFilter,
+        reason: str = "",
+        by: str = "",
+        *,
+        all_namespaces: bool = False,
+        dry_run: bool = False,
+    ) -> builtins.list[KillResult]:
+        """Kill every run `where` selects (`WorkerFilter()`: all), as `kubectl delete -l`
+        deletes: one result per matched worker, in list order; none matched: empty.
+
+        A run already asked to stop keeps its first reason; one that ended on its own is
+        left alone (both reported, neither an error). `dry_run` sends no write.
+        """
+        results = []
+        for info in self.list(where, all_namespaces=all_namespaces):
+            now, outcome = info, kill_outcome(info)
+            if outcome == "killed" and not dry_run:
+                try:  # read again: it may have ended, or been killed, since the listing
+                    now, ours = self._kill(info.name, info.namespace, reason, by)
+                    outcome = "killed" if ours else "already killed"
+                except WorkerFinishedError:
+                    outcome = "finished"
+                except UnknownWorkerError:
+                    continue  # gone since the listing (collected, or its parent was)
+            stated = now.spec.kill.reason if now.spec.kill else reason.strip() or "killed"
+            results.append(KillResult(now.name, now.namespace, outcome, now.phase, stated, dry_run))
+        return results
 
     def wait(
         self,
@@ -228,32 +347,90 @@ class Client(ConfigReads):
             info = self.wait(name, phases, timeout, progress)
         except WaitTimeoutError as e:
             raise CollectTimeoutError(str(e)) from None
-        error = info.status.error or ""
-        if info.phase == "Killed" and not error:
-            error = info.spec.kill.reason if info.spec.kill else "killed"
-        killed = self._killed_children(name) if info.phase == "Killed" else ()
-        result = CollectResult(name, info.phase, info.status.output or "", error, not keep, killed)
+        return self._collected(info, keep)
+
+    def collect_selected(
+        self,
+        where: WorkerFilter,
+        timeout: float = DEFAULT_COLLECT_TIMEOUT,
+        progress: Progress | None = None,
+        *,
+        keep: bool = False,
+        all_namespaces: bool = False,
+        dry_run: bool = False,
+    ) -> Generator[CollectResult, None, None]:
+        """Collect every worker `where` selects now (`WorkerFilter()`: all), each as it
+        settles, on one watch; none matched: nothing.
+
+        A parent waits for its selected children, since removing it removes them. Ends
+        when all are collected; at the timeout, CollectTimeoutError names the ones left (those
+        yielded are collected). A worker removed meanwhile by someone else comes with
+        `deleted` False and that as its error. `dry_run` waits for nothing and removes
+        nothing: it yields the matched workers as they are now.
+        """
+        chosen = {(w.namespace, w.name): w for w in self.list(where, all_namespaces=all_namespaces)}
+        if dry_run:
+            for info in chosen.values():
+                yield _result(info, keep=True)
+            return
+        pending = dict(chosen)
+        deadline = time.monotonic() + timeout
+        for kind, body in self._observe(None, deadline, where.labels, all_namespaces):
+            if body is not None:
+                info = WorkerInfo.from_body(body)
+                key = (info.namespace, info.name)
+                if key not in pending:
+                    continue
+                if kind == "DELETED":
+                    del pending[key]
+                    yield _result(info, keep=True, error=_GONE)
+                    continue
+                pending[key] = info
+                if progress is not None:
+                    progress(info)
+            while ready := [
+                key for key, info in pending.items() if _ready(key, info, pending, keep)
+            ]:
+                for key in ready:
+                    info = pending.pop(key)
+                    try:
+                        result = self._collected(info, keep)
+                    except UnknownWorkerError:
+                        result = _result(info, keep=True, error=_GONE)
+                    yield result
+            if not pending:
+                return
+        left = ", ".join(f"{w.name} ({w.phase})" for w in pending.values())
+        raise CollectTimeoutError(f"still not settled after {timeout:g}s: {left}")
+
+    def _collected(self, info: WorkerInfo, keep: bool) -> CollectResult:
+        """The settled worker's result; then, unless `keep`, it is removed."""
+        killed = self._killed_children(info) if info.phase == "Killed" else ()
+        result = _result(info, keep, killed_children=killed)
         if keep:
             return result
+        name, namespace = info.name, info.namespace or self.namespace
         # Marked first, so the operator does not take the deletion for a kill.
-        self._patch(name, {"metadata": {"annotations": {COLLECTED_ANNOTATION: "true"}}})
+        marked = {"metadata": {"annotations": {COLLECTED_ANNOTATION: "true"}}}
+        self._patch(name, marked, MERGE, namespace)
         # Someone else removed it already: collected all the same.
         try:
-            self.api.delete(PLURAL, self.namespace, name, {"propagationPolicy": "Background"})
+            self.api.delete(PLURAL, namespace, name, {"propagationPolicy": "Background"})
         except ApiError as e:
             with contextlib.suppress(UnknownWorkerError):
-                raise translate(e, self._unknown(name)) from e
+                raise translate(e, self._unknown(name, namespace)) from e
         return result
 
-    def _killed_children(self, name: str) -> tuple[str, ...]:
+    def _killed_children(self, info: WorkerInfo) -> tuple[str, ...]:
         try:
-            workers = self.list()
+            workers = self._items(PLURAL, namespace=info.namespace or None)
         except ApiError as e:
             if e.status == 403:  # a runtime's credentials read only its own children
                 return ()
             raise
+        children = map(WorkerInfo.from_body, workers)
         return tuple(
-            sorted(w.name for w in workers if w.spec.parent == name and w.phase == "Killed")
+            sorted(w.name for w in children if w.spec.parent == info.name and w.phase == "Killed")
         )
 
     def events(
@@ -263,17 +440,23 @@ class Client(ConfigReads):
         follow: bool = True,
         since: int = 0,
         timeout: float | None = None,
+        where: WorkerFilter | None = None,
+        all_namespaces: bool = False,
     ) -> Generator[EventRecord, None, None]:
-        """The events (index > since) of one worker or all, multiplexed from one watch.
+        """The events (index > since) of one worker or of all `where` selects, in the
+        namespace or (`all_namespaces`) the whole cluster, multiplexed from one watch.
 
         Each (worker, index) comes once, in index order per worker. Without `follow` it
         ends after what is there now; with it, when the one worker is deleted, or at the
         timeout (None: never).
         """
+        if name and (all_namespaces or (where and not where.everything)):
+            raise ValueError("events of one worker are read in its namespace, unfiltered")
+        where = where or WorkerFilter()
         cursor = EventCursor(since)
         deadline = None if timeout is None else time.monotonic() + timeout
         found = False
-        for kind, body in self._observe(name, deadline):
+        for kind, body in self._observe(name, deadline, where.labels, all_namespaces):
             if kind == "SYNCED":
                 if name and not found:
                     raise self._unknown(name)
@@ -283,6 +466,6 @@ class Client(ConfigReads):
                 cursor.forget(body)
                 if name:
                     return
-            elif body is not None:
+            elif body is not None and where.matches(WorkerInfo.from_body(body)):
                 found = True
                 yield from cursor.advance(body)

@@ -19,7 +19,7 @@ from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentPro
 from agentworkers.api.agentconfig import ModelDefaults
 from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import lineage, metrics
+from agentworkers.controller import lineage, metrics, quotas
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_reasoning_api, check_secrets
@@ -143,10 +143,12 @@ def validate_worker(
     operator: str | None = None,
     admitted: lineage.Admitted | None = None,
     dry_run: bool = False,
+    quota_pending: quotas.Pending | None = None,
 ) -> None:
-    """A spawn is checked before it persists, against its tree's limits too (`admitted`:
-    the spawns let through that the store has not seen yet); a query to a finished run is
-    refused; only the operator (the identity `operator`) writes a binding."""
+    """A spawn is checked before it persists, against its tree's limits (`admitted`: the
+    spawns let through that the store has not seen yet) and its namespace's TokenQuotas
+    (`quota_pending` likewise); a query to a finished run is refused; only the operator
+    (the identity `operator`) writes a binding."""
     namespace = body["metadata"]["namespace"]
     try:
         check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
@@ -172,16 +174,18 @@ def validate_worker(
     if config_body is None:
         warnings.append(f"AgentConfig {worker.agent!r} does not exist (yet); the run waits for it")
     else:
-        try:
-            check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
-            config = AgentConfigSpec.model_validate(config_body.get("spec") or {})
-            model = _resolved_model(storage, namespace, config.model)
-            if model is not None:
-                check_reasoning_api(worker, model)
-        except ValidationError:
-            pass  # an invalid AgentConfig is refused on its own; the run waits for a fix
-        except (SecretNotAllowedError, ReasoningAPIUnsupportedError) as e:
-            raise _refuse_spawn(e) from e
+        _check_against_config(storage, namespace, worker, config_body)
+    try:
+        quotas.check(
+            storage,
+            namespace,
+            body["metadata"]["name"],
+            worker.agent,
+            quota_pending or quotas.Pending(),
+            dry_run,
+        )
+    except REFUSALS as e:
+        raise _refuse_spawn(e) from e
     parent_body = storage.get("workers", namespace, worker.parent) if worker.parent else None
     if worker.parent and parent_body is None:
         raise _refuse_spawn(
@@ -214,6 +218,22 @@ def validate_worker(
     try:
         check_spawn(worker, parent, frozen_revision, live)
     except REFUSALS as e:
+        raise _refuse_spawn(e) from e
+
+
+def _check_against_config(
+    storage: Repository, namespace: str, worker: WorkerSpec, config_body: dict[str, Any]
+) -> None:
+    """What the Worker asks of its AgentConfig (secrets, Anthropic's thinking) it allows."""
+    try:
+        check_secrets(worker, (config_body.get("spec") or {}).get("allowedSecrets") or ())
+        config = AgentConfigSpec.model_validate(config_body.get("spec") or {})
+        model = _resolved_model(storage, namespace, config.model)
+        if model is not None:
+            check_reasoning_api(worker, model)
+    except ValidationError:
+        pass  # an invalid AgentConfig is refused on its own; the run waits for a fix
+    except (SecretNotAllowedError, ReasoningAPIUnsupportedError) as e:
         raise _refuse_spawn(e) from e
 
 

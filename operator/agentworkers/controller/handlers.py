@@ -26,7 +26,7 @@ import kopf
 
 from agentworkers.api.names import WORKER_LABEL
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, kopf_fixes, lineage, metrics, workers
+from agentworkers.controller import configs, kopf_fixes, lineage, metrics, quotas, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
@@ -92,6 +92,9 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
         threading.Thread(
             target=memo.shards.run, args=(memo.sharding_stop,), name="sharding", daemon=True
         ).start()
+    memo.accountant = quotas.Accountant(
+        memo.storage, partial(memo.store.keys, quotas.PLURAL), memo.shards.owns
+    ).start()
 
 
 def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
@@ -106,6 +109,7 @@ def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
 @kopf.on.cleanup()
 def stop_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.sharding_stop.set()
+    memo.accountant.stop()
     memo.workers.stop()
     memo.configs.stop()
 

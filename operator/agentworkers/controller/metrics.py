@@ -134,3 +134,10 @@ SHARDS_HELD = Gauge(
     "agentworkers_shards_held",
     "Shards of the namespaces this replica serves now (1 without --shards).",
 )
+
+QUOTA_TOKENS = Gauge(
+    "agentworkers_token_quota_tokens",
+    "Each TokenQuota in its current window, as last summed: limit, used, reserved (what live "
+    "runs may still use) and remaining, by the quota's namespace and name.",
+    ["quota_namespace", "quota", "kind"],
+)

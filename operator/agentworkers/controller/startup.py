@@ -35,6 +35,7 @@ PROFILES = (GROUP, VERSION, "virtualagentprofiles")
 REVISIONS = (GROUP, VERSION, "agentconfigrevisions")
 PROVIDERS = (GROUP, VERSION, "modelproviders")
 WORKERS = (GROUP, VERSION, "workers")
+TOKEN_QUOTAS = (GROUP, VERSION, "tokenquotas")
 PODS = ("", "v1", "pods")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
 # replica's last (kopf's default, 60, is past a failover a platform team waits out).
@@ -143,6 +144,7 @@ def register_store(
         (REVISIONS, {}),
         (PROVIDERS, {}),
         (WORKERS, {}),
+        (TOKEN_QUOTAS, {}),
         (PODS, POD_FILTER),
     ):
         plural = resource[2]

@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from agentworkers.controller import admission, lineage
+from agentworkers.controller import admission, lineage, quotas
 from agentworkers.controller.admission_server import Check, Review
 from agentworkers.controller.options import Options
 from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
@@ -70,6 +70,7 @@ def checks(
         )
 
     admitted = lineage.Admitted()
+    quota_pending = quotas.Pending()
 
     def worker(review: Review, warnings: list[str]) -> None:
         admission.validate_worker(
@@ -81,6 +82,7 @@ def checks(
             operator,
             admitted,
             review.dry_run,
+            quota_pending,
         )
 
     def revision(review: Review, warnings: list[str]) -> None:

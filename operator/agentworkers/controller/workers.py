@@ -18,7 +18,7 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
-from agentworkers.controller import lineage, metrics, worker_tree
+from agentworkers.controller import lineage, metrics, quotas, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, grant_access, start
@@ -138,7 +138,10 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
                 reason=reasons.POD_LOST,
             )
     if pod is None:
-        with worker_tree.place(storage, worker, parent_body, config.limits.token_budget):
+        with (
+            worker_tree.place(storage, worker, parent_body, config.limits.token_budget),
+            quotas.place(storage, worker.namespace, worker.name, worker.spec.agent),
+        ):
             pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
         raise RunFailedError(

@@ -53,9 +53,19 @@ REQUESTS = prometheus_client.Counter(
 )
 
 
+# The namespace that stands for all of them: a collection across the cluster (as
+# `kubectl get -A` reads it), one LIST or one WATCH whatever the namespace count.
+ALL_NAMESPACES = ""
+
+
 def path(plural: str, namespace: str, name: str = "", subresource: str = "") -> str:
-    """The REST path of a namespaced collection or object, core or ours."""
+    """The REST path of a namespaced collection or object, core or ours; with
+    `ALL_NAMESPACES` the collection across every namespace."""
     root = _PATHS.get(plural, f"/apis/{GROUP}/{VERSION}")
+    if namespace == ALL_NAMESPACES:
+        if name:
+            raise ValueError(f"{plural}/{name}: an object is read in its namespace")
+        return f"{root}/{plural}"
     base = f"{root}/namespaces/{namespace}/{plural}"
     return "/".join(p for p in (base, name, subresource) if p)
 
@@ -84,6 +94,10 @@ def _verb_and_resource(method: str, url: str, query: Query) -> tuple[str, str]:
     subresource, the last segment of a cluster-scoped path."""
     parts = url.strip("/").split("/")
     if "namespaces" not in parts[:-2]:
+        # /api/v1/pods or /apis/GROUP/VERSION/workers: a collection across namespaces.
+        collection = len(parts) == (3 if parts[0] == "api" else 4)
+        if method == "GET" and collection:
+            return ("WATCH" if ("watch", "true") in query else "LIST"), parts[-1]
         return method, parts[-1]
     rest = parts[parts.index("namespaces") + 2 :]
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
@@ -190,6 +204,7 @@ class Api:
         version: str,
         seconds: int,
         *,
+        labels: str = "",
         fields: str = "",
         silence: float | None = None,
     ) -> Iterator[Body]:
@@ -204,8 +219,7 @@ class Api:
             ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", str(seconds)),
         ]
-        if fields:
-            query.append(("fieldSelector", fields))
+        query += [(k, v) for k, v in (("labelSelector", labels), ("fieldSelector", fields)) if v]
         bound = seconds + 30
         timeout = min(bound, silence or bound)  # each read; connecting has its own bound
         response = self._send("GET", path(plural, namespace), None, query, JSON, timeout)

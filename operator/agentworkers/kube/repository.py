@@ -51,6 +51,7 @@ class Repository(Protocol):
         self, plural: str, namespace: str, selector: str | None = None
     ) -> Iterator[dict[str, Any]]: ...
     def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
+    def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
     def children(self, namespace: str, parent: str) -> list[str]: ...
     def patch_status(
         self,
@@ -140,6 +141,12 @@ class Storage:
             for item in self.items(plural, namespace, selector)
             if (item.get("spec") or {}).get("agent") == agent
         ]
+
+    def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of a kind in the namespace, from the store once it has one."""
+        if self.store is not None:
+            return self.store.in_namespace(plural, namespace)
+        return list(self.items(plural, namespace))
 
     def children(self, namespace: str, parent: str) -> list[str]:
         if self.store is not None:

@@ -96,6 +96,7 @@ TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
     "agentconfigrevisions": _whole,
     "virtualagentprofiles": _whole,
     "modelproviders": _whole,
+    "tokenquotas": _whole,
 }
 
 
@@ -248,6 +249,13 @@ class Store:
     def children(self, namespace: str, parent: str) -> list[str]:
         with self._lock:
             return sorted(self._children.get((namespace, parent), ()))
+
+    def in_namespace(self, plural: str, namespace: str) -> list[Body]:
+        """Every object of a kind in one namespace (a scan: for the few kinds and the rare
+        questions with no index, a TokenQuota's runs)."""
+        with self._lock:
+            found = [b for (ns, _), b in self._objects[plural].items() if ns == namespace]
+        return [_copy(b) for b in found]
 
     def keys(self, plural: str) -> list[Key]:
         """Every (namespace, name) of a kind the store holds."""

@@ -31,10 +31,12 @@ def observe(
     namespace: str,
     *,
     name: str | None = None,
+    labels: str = "",
     deadline: float | None = None,
     heartbeat: float = HEARTBEAT_SECONDS,
 ) -> Iterator[tuple[Change, Body | None]]:
-    """Every change of one object (`name`) or of all, from now on, without polling.
+    """Every change of one object (`name`) or of all (those `labels` selects), from now
+    on, without polling; `namespace` may be `ALL_NAMESPACES` (one watch for the cluster).
 
     Yields ("ADDED" | "MODIFIED" | "DELETED", body), ("SYNCED", None) after each listing
     and ("IDLE", None) after each quiet spell of at most `heartbeat` seconds. It lists,
@@ -47,7 +49,7 @@ def observe(
     fields = f"metadata.name={name}" if name else ""
     known: dict[str, Body] = {}
     while True:
-        listing = api.list(plural, namespace, fields=fields)
+        listing = api.list(plural, namespace, labels=labels, fields=fields)
         version = listing["metadata"]["resourceVersion"]
         current = {b["metadata"]["uid"]: b for b in listing.get("items", [])}
         for uid in known.keys() - current.keys():
@@ -68,6 +70,7 @@ def observe(
                     namespace,
                     version,
                     max(1, math.ceil(spell)),
+                    labels=labels,
                     fields=fields,
                     silence=SILENCE_SECONDS,
                 ):

@@ -219,6 +219,8 @@ OPERATOR_NEEDS = [
     ("agentworkers.io", "agentconfigs", "get list watch patch update"),
     ("agentworkers.io", "virtualagentprofiles", "get list watch patch update"),
     ("agentworkers.io", "modelproviders", "get list watch"),
+    ("agentworkers.io", "tokenquotas", "get list watch"),
+    ("agentworkers.io", "tokenquotas/status", "get patch update"),
     ("agentworkers.io", "workers", "get list watch patch update"),
     ("agentworkers.io", "agentconfigs/status", "get patch update"),
     ("agentworkers.io", "workers/status", "get patch update"),

@@ -22,7 +22,7 @@ def test_plain_spells_fields_as_the_api_does() -> None:
         created="2030-01-02T11:59:00Z",
     )
     found = plain(info)
-    assert list(found) == ["name", "spec", "status", "created"]
+    assert list(found) == ["name", "spec", "status", "created", "namespace"]
     assert found["spec"] == info.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert found["spec"]["initialMessage"] == "hi"
     assert found["status"]["lastEvent"] == "pod running"
@@ -30,7 +30,9 @@ def test_plain_spells_fields_as_the_api_does() -> None:
 
 
 def test_json_and_yaml_round_trip() -> None:
-    result = CollectResult("w1", "Killed", "", "over budget", killed_children=("w2",))
+    result = CollectResult(
+        "w1", "Killed", "", "over budget", killed_children=("w2",), namespace="team-a"
+    )
     expected = {
         "name": "w1",
         "phase": "Killed",
@@ -38,6 +40,7 @@ def test_json_and_yaml_round_trip() -> None:
         "error": "over budget",
         "deleted": True,
         "killedChildren": ["w2"],
+        "namespace": "team-a",
     }
     assert json.loads(dump(result, "json")) == expected
     assert yaml.safe_load(dump(result, "yaml")) == expected

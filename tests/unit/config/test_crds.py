@@ -22,7 +22,7 @@ def test_checked_in_crds_match_the_models() -> None:
 def test_check_mode_reports_drift(tmp_path: Path) -> None:
     assert crdgen.main([str(tmp_path)]) == 0
     assert crdgen.main(["--check", str(tmp_path)]) == 0
-    victim = next(tmp_path.glob("*.yaml"))
+    victim = tmp_path / "agentworkers.io_agentconfigs.yaml"
     victim.write_text(victim.read_text().replace("maxLength: 128", "maxLength: 129"))
     assert crdgen.main(["--check", str(tmp_path)]) == 1
 

@@ -67,6 +67,9 @@ class Memory:
             b for b in self.items(plural, namespace) if (b.get("spec") or {}).get("agent") == agent
         ]
 
+    def in_namespace(self, plural: str, namespace: str) -> list[Body]:
+        return list(self.items(plural, namespace))
+
     def children(self, namespace: str, parent: str) -> list[str]:
         return sorted(
             b["metadata"]["name"]
@@ -86,7 +89,12 @@ class Memory:
         if body is None:
             return None
         self._precondition(body, resource_version)
-        body["status"] = {**(body.get("status") or {}), **copy.deepcopy(dict(status))}
+        merged = {**(body.get("status") or {}), **copy.deepcopy(dict(status))}
+        for key, value in status.items():  # a merge patch's null removes a map's key
+            if isinstance(value, dict) and None in value.values():
+                old = (body.get("status") or {}).get(key) or {}
+                merged[key] = {k: v for k, v in {**old, **value}.items() if v is not None}
+        body["status"] = merged
         self.writes.append(("PATCH", f"{plural}/status", name))
         return self._bump(body)
 
