@@ -122,6 +122,7 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "Worker": [
         lambda r, n: (_worker(n, profile=_word(r)), "spec.profile needs spec.parent"),
         lambda r, n: (_worker(n, kind=_word(r)), "spec.kind"),
+        lambda r, n: (_worker(n, kind="dynamic"), "spec.kind"),
         lambda r, n: (_worker(n, reasoning=_word(r)), "spec.reasoning"),
         lambda r, n: (_worker(n, deadlineSeconds=r.randint(-99, 0)), "spec.deadlineSeconds"),
         lambda r, n: (_worker(n + "-" + "n" * r.randint(64, 90)), "metadata.name"),

@@ -64,7 +64,6 @@ KNOWN_INERT: dict[str, str] = {
     "AgentConfig.spec.virtualAgents.profiles[].inputCount": "issue 26 (inputs)",
     "AgentConfig.spec.virtualAgents.profiles[].inputDisposition": "issue 26 (inputs)",
     "AgentConfig.spec.virtualAgents.profiles[].inputPatterns": "issue 26 (inputs)",
-    "Worker.spec.kind": "issue 26 (kind)",
     # issue 26: derived by normalisation and covered by the binding's profileHash; the
     # runtime could check the output schema against it before enforcing it.
     "AgentConfigRevision.spec.profileMap.profiles[].profile.outputSchemaHash": "issue 26",

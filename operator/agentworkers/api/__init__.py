@@ -177,6 +177,14 @@ WORKER = Resource(
             "fieldPath": ".spec.parent",
         },
         {
+            # The model's own check (WorkerSpec.kind), for requests no webhook sees.
+            "rule": "!has(self.spec.kind) || "
+            "(self.spec.kind == 'dynamic') == has(self.spec.parent)",
+            "message": "spec.kind disagrees with spec.parent: a run with a parent is dynamic, "
+            "a top-level run is static",
+            "fieldPath": ".spec.kind",
+        },
+        {
             "rule": "!has(oldSelf.spec.kill) || "
             "(has(self.spec.kill) && self.spec.kill == oldSelf.spec.kill)",
             "message": "spec.kill cannot be changed or taken back once set",

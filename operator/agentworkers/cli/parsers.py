@@ -102,10 +102,11 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--kind",
         choices=("static", "dynamic"),
-        help="static: the agent's own prompt; dynamic: with --prompt added to it",
+        help="static: a top-level run; dynamic: a child of --parent. Follows from --parent "
+        "when omitted; one that disagrees with it is refused",
     )
     p.add_argument("--description", help="one line on what the worker is for")
-    p.add_argument("--prompt", help="extra system prompt (dynamic workers)")
+    p.add_argument("--prompt", help="extra system prompt, added to the agent's")
     p.add_argument("--provider", help="driver override: openai or scripted")
     p.add_argument("--model", help="model override")
     p.add_argument("--skill", action="append", default=[], help="keep this skill (repeatable)")

@@ -142,7 +142,7 @@ def short(digest: str | None) -> str:
 
 def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
     """The list table; `wide` adds the pod, the revision the run uses and its start."""
-    header = ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE")
+    header = ("NAME", "PHASE", "KIND", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE")
     extra = ("POD", "REVISION", "STARTED") if wide else ()
     return table(
         header + extra,
@@ -150,6 +150,7 @@ def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False) -> str:
             (
                 w.name,
                 w.phase,
+                w.spec.kind,
                 w.spec.agent,
                 w.spec.profile,
                 w.spec.parent,
@@ -188,6 +189,7 @@ def inspection_text(found: Inspection, since: int) -> str:
     text = describe(
         [
             ("Name", w.name),
+            ("Kind", w.spec.kind),
             ("Agent", w.spec.agent),
             ("Profile", w.spec.profile),
             ("Parent", w.spec.parent),

@@ -76,6 +76,14 @@ def worker_cases(memory: Memory) -> dict[str, Case]:
             worker("w", allowedSecrets=["root"]), "SecretNotAllowed: spec.allowedSecrets"
         ),
         "an unknown parent": Case(worker("w", parent="ghost"), "UnknownWorker: spec.parent"),
+        "a dynamic run without a parent": Case(
+            worker("w", kind="dynamic"), "InvalidSpec: spec.kind: 'dynamic' needs spec.parent"
+        ),
+        "a static run with a parent": Case(
+            worker("w", parent="parent", kind="static"),
+            "InvalidSpec: spec.kind: 'static' with spec.parent 'parent'",
+        ),
+        "a child that says it is dynamic": Case(worker("w", parent="parent", kind="dynamic"), None),
         "a profile unknown to the parent's map": Case(
             worker("w", parent="parent", profile="nope"), "UnknownProfile: spec.profile"
         ),
