@@ -172,6 +172,15 @@ WORKER = Resource(
         _fixed("parent"),
         _fixed("profile"),
         {
+            # Names and digests, not the content (its size would cost the rule too much):
+            # the run checks the content against the digest.
+            "rule": "has(self.spec.inputs) == has(oldSelf.spec.inputs) && "
+            "(!has(self.spec.inputs) || self.spec.inputs.map(i, i.name + ':' + i.sha256) == "
+            "oldSelf.spec.inputs.map(i, i.name + ':' + i.sha256))",
+            "message": "spec.inputs is immutable",
+            "fieldPath": ".spec.inputs",
+        },
+        {
             "rule": "!has(self.spec.profile) || has(self.spec.parent)",
             "message": "spec.profile needs spec.parent: a parent worker applies a virtual profile",
             "fieldPath": ".spec.parent",

@@ -16,7 +16,13 @@ from pydantic_core import PydanticCustomError
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
-from agentworkers.virtualagent import MAX_KEY_LENGTH, MAX_MODEL_LENGTH
+from agentworkers.virtualagent import (
+    HEX_DIGEST_PATTERN,
+    INPUT_NAME_PATTERN,
+    MAX_INPUT_NAME_BYTES,
+    MAX_KEY_LENGTH,
+    MAX_MODEL_LENGTH,
+)
 
 Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
@@ -29,6 +35,11 @@ MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
 Message = Annotated[StrictStr, MaxBytes(MAX_MESSAGE_BYTES)]
 MAX_REASON_BYTES = 1024
+# Inputs travel inside the Worker (etcd keeps an object to 1.5 MiB): a few, and small.
+MAX_INPUTS = 16
+MAX_INPUT_BYTES = 256 * 1024  # one input's content, decoded
+MAX_INPUTS_BYTES = 512 * 1024  # all of one Worker's, decoded
+_BASE64 = r"^[A-Za-z0-9+/]*={0,2}$"
 
 
 class Kill(KubeModel):
@@ -41,6 +52,28 @@ class Kill(KubeModel):
     )
     by: StrictStr = Field(
         default="", description="Who asked (a user, a parent worker).", max_length=253
+    )
+
+
+class WorkerInput(KubeModel):
+    """A file handed to the run: a spawning parent's sandbox file, carried whole."""
+
+    name: Annotated[StrictStr, MaxBytes(MAX_INPUT_NAME_BYTES)] = Field(
+        description="Canonical filename: a base name of letters, digits, '.', '_' and '-' "
+        "(no directory); the file is inputs/<name> in the run's sandbox. Its MIME type follows "
+        "from it. Unique among the Worker's inputs.",
+        pattern=INPUT_NAME_PATTERN,
+    )
+    sha256: StrictStr = Field(
+        description="SHA-256 (hex) of the content; the run checks it before it takes the input.",
+        pattern=HEX_DIGEST_PATTERN,
+    )
+    content: StrictStr = Field(
+        description=f"The content, base64; at most {MAX_INPUT_BYTES} bytes decoded, "
+        f"{MAX_INPUTS_BYTES} for all of a Worker's inputs.",
+        # Base64 of MAX_INPUT_BYTES: 4 characters for every 3 bytes.
+        max_length=-(-MAX_INPUT_BYTES // 3) * 4,
+        pattern=_BASE64,
     )
 
 
@@ -92,6 +125,15 @@ class WorkerSpec(KubeModel):
         default="",
         description=f"First message, delivered when the run starts; at most {MAX_MESSAGE_BYTES} "
         "bytes.",
+    )
+    inputs: tuple[WorkerInput, ...] = Field(
+        default=(),
+        description="Files the run starts with (a parent's spawn_worker passes files of its "
+        "sandbox). Under a virtual profile (its own, or the one of the profile run it runs "
+        "below) at most the profile's inputCount, each matching one of its inputPatterns, "
+        f"and given as its inputDisposition says; otherwise at most {MAX_INPUTS}, as files "
+        "inputs/<name>. Fixed at creation.",
+        max_length=MAX_INPUTS,
     )
     parent: StrictStr | None = Field(
         default=None, description="The Worker that spawned this one (it owns this one)."

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
+from agentworkers.api.worker import MAX_INPUTS
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.models import ToolSpec
 
@@ -193,7 +194,9 @@ class Sandbox:
 class WorkerOps(Protocol):
     """Child-worker operations a planner's tools call (Kubernetes-backed in a pod)."""
 
-    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]: ...
+    def spawn(
+        self, name: str, message: str, profile: str | None, inputs: list[str]
+    ) -> dict[str, Any]: ...
 
     def inspect(self, name: str, since: int) -> dict[str, Any]: ...
 
@@ -206,16 +209,19 @@ def planner_tools(ops: WorkerOps) -> list[Tool]:
     return [
         Tool(
             "spawn_worker",
-            "Start a child worker with a first message, optionally under a virtual profile.",
+            "Start a child worker with a first message, optionally under a virtual profile, "
+            "optionally with files of your sandbox as its inputs (paths; the child finds "
+            "them as inputs/<file name>, within what its profile allows).",
             _schema(
                 {
                     "name": _STRING,
                     "message": _STRING,
                     "profile": {"type": ["string", "null"]},
+                    "inputs": {"type": "array", "items": _STRING, "maxItems": MAX_INPUTS},
                 },
                 ["name", "message"],
             ),
-            lambda a: ops.spawn(a["name"], a["message"], a.get("profile")),
+            lambda a: ops.spawn(a["name"], a["message"], a.get("profile"), a.get("inputs", [])),
         ),
         Tool(
             "inspect_worker",

@@ -149,8 +149,10 @@ class FakeWorkerOps:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]:
-        self.calls.append(("spawn", name, message, str(profile)))
+    def spawn(
+        self, name: str, message: str, profile: str | None, inputs: list[str]
+    ) -> dict[str, Any]:
+        self.calls.append(("spawn", name, message, str(profile), *inputs))
         return {"name": name, "phase": "Running"}
 
     def inspect(self, name: str, since: int) -> dict[str, Any]:
@@ -173,6 +175,7 @@ def test_planner_tools_call_worker_ops() -> None:
 
     assert box.call("spawn_worker", {"name": "c1", "message": "go", "profile": "reviewer"}).result
     assert box.call("spawn_worker", {"name": "c2", "message": "go"}).result
+    assert box.call("spawn_worker", {"name": "c3", "message": "go", "inputs": ["a.md"]}).result
     assert box.call("inspect_worker", {"name": "c1", "since": 3}).result
     assert box.call("collect_worker", {"name": "c1"}).result == {"name": "c1", "output": "done"}
     assert box.call("kill_worker", {"name": "c2", "reason": "enough"}).result
@@ -181,6 +184,7 @@ def test_planner_tools_call_worker_ops() -> None:
     assert ops.calls == [
         ("spawn", "c1", "go", "reviewer"),
         ("spawn", "c2", "go", "None"),
+        ("spawn", "c3", "go", "None", "a.md"),
         ("inspect", "c1", "3"),
         ("collect", "c1", "60.0"),
         ("kill", "c2", "enough"),
