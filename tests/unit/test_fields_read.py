@@ -60,10 +60,6 @@ KNOWN_INERT: dict[str, str] = {
     # issue 26: the worker's description, for the parent that lists its children.
     "Worker.spec.description": "issue 26",
     "AgentConfig.spec.description": "issue 26",
-    # issue 26 (this branch): a profile's inputs.
-    "AgentConfig.spec.virtualAgents.profiles[].inputCount": "issue 26 (inputs)",
-    "AgentConfig.spec.virtualAgents.profiles[].inputDisposition": "issue 26 (inputs)",
-    "AgentConfig.spec.virtualAgents.profiles[].inputPatterns": "issue 26 (inputs)",
     # issue 26: derived by normalisation and covered by the binding's profileHash; the
     # runtime could check the output schema against it before enforcing it.
     "AgentConfigRevision.spec.profileMap.profiles[].profile.outputSchemaHash": "issue 26",

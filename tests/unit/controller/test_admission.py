@@ -14,6 +14,7 @@ import pytest
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import admission, webhooks
 from agentworkers.controller.admission_server import answer
+from agentworkers.core.inputs import encode
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import (
     CONFIG,
@@ -115,7 +116,47 @@ def worker_cases(memory: Memory) -> dict[str, Case]:
             worker("w", parent="child"), None, user="system:serviceaccount:ns:worker-child"
         ),
         "a query to a finished run": Case(queried, "WorkerFinished: spec.queries", old=finished),
+        # researcher: inputPatterns *.md, text/*; inputCount 4. translator: no inputs.
+        "inputs the profile allows": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md", "b.csv")),
+            None,
+        ),
+        "inputs past the profile's inputCount": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs(*NOTES[:5])),
+            "InputNotAllowed: spec.inputs: 5 inputs exceeds inputCount 4 of profile 'researcher'",
+        ),
+        "an input no inputPattern matches": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md", "run.sh")),
+            "InputNotAllowed: spec.inputs[1].name: 'run.sh' (application/x-sh) matches no "
+            "inputPatterns of profile 'researcher' (*.md, text/*)",
+        ),
+        "an input to a profile that takes none": Case(
+            worker("w", parent="parent", profile="translator", inputs=_inputs("a.md")),
+            "InputNotAllowed: spec.inputs: 1 inputs exceeds inputCount 0 of profile 'translator'",
+        ),
+        "an input below a profile run is bounded by its profile": Case(
+            worker("w", parent="child", inputs=_inputs("a.md")),
+            "InputNotAllowed: spec.inputs: 1 inputs exceeds inputCount 0 of profile "
+            "'translator' (of child, which this run runs below)",
+        ),
+        "inputs to a run no profile bounds": Case(worker("w", inputs=_inputs(*NOTES[:16])), None),
+        "an input whose digest differs": Case(
+            worker("w", inputs=[{**_inputs("a.md")[0], "sha256": "0" * 64}]),
+            "InvalidInput: spec.inputs[0].sha256: the content's SHA-256 is",
+        ),
+        "inputs changed after creation": Case(
+            {**child, "spec": {**child["spec"], "inputs": _inputs("a.md")}},
+            "InvalidSpec: spec.inputs: is immutable",
+            old=child,
+        ),
     }
+
+
+NOTES = [f"note-{i}.md" for i in range(16)]
+
+
+def _inputs(*names: str) -> list[dict[str, Any]]:
+    return [encode(name, f"# {name}\n".encode()).wire() for name in names]
 
 
 def _review(memory: Memory, case: Case) -> list[str]:
