@@ -67,6 +67,7 @@ class WorkerInput(KubeModel):
     sha256: StrictStr = Field(
         description="SHA-256 (hex) of the content; the run checks it before it takes the input.",
         pattern=HEX_DIGEST_PATTERN,
+        max_length=64,  # what the pattern says, for the cost of the immutability rule
     )
     content: StrictStr = Field(
         description=f"The content, base64; at most {MAX_INPUT_BYTES} bytes decoded, "
