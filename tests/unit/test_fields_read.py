@@ -57,8 +57,7 @@ KNOWN_INERT: dict[str, str] = {
     "AgentConfig.spec.mcpServers[].tools": "issue 26 (MCP)",
     # issue 26: the Anthropic driver's thinking modes.
     "Worker.spec.reasoningAPI": "issue 26 (providers)",
-    # issue 26: the worker's description, for the parent that lists its children.
-    "Worker.spec.description": "issue 26",
+    # issue 26: the agent's description, for whoever lists agents.
     "AgentConfig.spec.description": "issue 26",
     # issue 26: derived by normalisation and covered by the binding's profileHash; the
     # runtime could check the output schema against it before enforcing it.

@@ -189,10 +189,12 @@ def inspection_text(found: Inspection, since: int) -> str:
     text = describe(
         [
             ("Name", w.name),
+            ("Description", w.spec.description or None),
             ("Kind", w.spec.kind),
             ("Agent", w.spec.agent),
             ("Profile", w.spec.profile),
             ("Parent", w.spec.parent),
+            ("Inputs", ", ".join(i.name for i in w.spec.inputs) or None),
             ("Phase", w.phase),
             ("Waiting", w.waiting),
             ("Started", when(status.started_at)),

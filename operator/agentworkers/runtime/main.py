@@ -132,11 +132,12 @@ class KubeWorkerOps:
         self.client, self.me, self.agent, self.sandbox = client, me, agent, sandbox
 
     def spawn(
-        self, name: str, message: str, profile: str | None, inputs: list[str]
+        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
     ) -> dict[str, Any]:
         spec = WorkerSpec(
             agent=self.agent,
             parent=self.me,
+            description=description,
             profile=profile,
             initial_message=message,
             inputs=read_inputs(self.sandbox, inputs),

@@ -195,7 +195,7 @@ class WorkerOps(Protocol):
     """Child-worker operations a planner's tools call (Kubernetes-backed in a pod)."""
 
     def spawn(
-        self, name: str, message: str, profile: str | None, inputs: list[str]
+        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
     ) -> dict[str, Any]: ...
 
     def inspect(self, name: str, since: int) -> dict[str, Any]: ...
@@ -209,19 +209,27 @@ def planner_tools(ops: WorkerOps) -> list[Tool]:
     return [
         Tool(
             "spawn_worker",
-            "Start a child worker with a first message, optionally under a virtual profile, "
-            "optionally with files of your sandbox as its inputs (paths; the child finds "
-            "them as inputs/<file name>, within what its profile allows).",
+            "Start a child worker with a first message and a one-line description of what it "
+            "is for, optionally under a virtual profile, optionally with files of your sandbox "
+            "as its inputs (paths; the child finds them as inputs/<file name>, within what its "
+            "profile allows).",
             _schema(
                 {
                     "name": _STRING,
                     "message": _STRING,
+                    "description": _STRING,
                     "profile": {"type": ["string", "null"]},
                     "inputs": {"type": "array", "items": _STRING, "maxItems": MAX_INPUTS},
                 },
                 ["name", "message"],
             ),
-            lambda a: ops.spawn(a["name"], a["message"], a.get("profile"), a.get("inputs", [])),
+            lambda a: ops.spawn(
+                a["name"],
+                a["message"],
+                a.get("profile"),
+                a.get("inputs", []),
+                a.get("description", ""),
+            ),
         ),
         Tool(
             "inspect_worker",

@@ -55,8 +55,9 @@ def test_inspect_describes_the_worker_then_its_events() -> None:
         for i in (4, 5)
     ]
     text = inspection_text(inspection(worker(recentEvents=events, eventIndex=5), since=1), since=1)
-    assert "Phase:       Running\n" in text
-    assert "Queries:     1 (0 delivered)\n" in text
+    assert "Phase:        Running\n" in text
+    assert "Queries:      1 (0 delivered)\n" in text
+    assert "Kind:         static\n" in text
     assert "Events (after 1, next --since 5, 2 no longer kept):\n" in text
     assert text.splitlines()[-3].split() == ["INDEX", "KIND", "AGE", "SUMMARY"]
     assert text.splitlines()[-1].split()[:2] == ["5", "tool_call"]
