@@ -106,6 +106,14 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
         "when omitted; one that disagrees with it is refused",
     )
     p.add_argument("--description", help="one line on what the worker is for")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a local file the run starts with, as inputs/<its name> in its sandbox "
+        "(repeatable; under a profile, within its inputCount and inputPatterns)",
+    )
     p.add_argument("--prompt", help="extra system prompt, added to the agent's")
     p.add_argument("--provider", help="driver override: openai or scripted")
     p.add_argument("--model", help="model override")
