@@ -39,6 +39,7 @@ import pytest
 from mypy import build
 from mypy import nodes as mypy_nodes
 from mypy.find_sources import create_source_list
+from mypy.modulefinder import BuildSource
 from mypy.options import Options
 from mypy.types import Instance, UnionType, get_proper_type
 from pydantic import BaseModel
@@ -139,8 +140,9 @@ def _walk(tree: mypy_nodes.MypyFile) -> Iterator[tuple[mypy_nodes.MemberExpr, st
                 stack.extend((child, within) for child in inner if isinstance(child, _CHILDREN))
 
 
-def _reads() -> list[Read]:
-    """Every typed attribute read in the package, by mypy's inference."""
+def _reads(overrides: dict[str, str] | None = None) -> list[Read]:
+    """Every typed attribute read in the package, by mypy's inference; `overrides`: the
+    text of some modules, instead of their files'."""
     options = Options()
     options.incremental = False
     options.export_types = True
@@ -156,7 +158,10 @@ def _reads() -> list[Read]:
         name: {"follow_imports": "silent"}
         for name in ("pydantic.*", "pydantic_core.*", "typing_extensions", "annotated_types.*")
     }
-    sources = create_source_list([str(ROOT / "operator" / "agentworkers")], options)
+    sources = [
+        BuildSource(s.path, s.module, (overrides or {}).get(s.module), s.base_dir)
+        for s in create_source_list([str(ROOT / "operator" / "agentworkers")], options)
+    ]
     result = build.build(sources, options)
     found = []
     for source in sources:
@@ -354,3 +359,18 @@ def test_the_walk_sees_nested_and_door_fields() -> None:
         "agentworkers.api.profile.ProfileEntry",
         "agentworkers.virtualagent.models.Profile",
     )
+
+
+@pytest.mark.timeout(300)
+def test_deleting_the_only_reads_of_a_field_is_caught(evidence: Evidence) -> None:
+    """The test is not a name search that passes anyway: take away the one function that
+    reads a profile's inputCount and the field is inert."""
+    field = "AgentConfig.spec.virtualAgents.profiles[].inputCount"
+    assert field not in _unread(evidence)
+    module = "agentworkers.core.inputs"
+    text = (ROOT / "operator" / "agentworkers" / "core" / "inputs.py").read_text()
+    assert text.count("profile.input_count") >= 1
+    mutated = text.replace("profile.input_count", "0")
+    unread = _unread(Evidence(_used(_reads({module: mutated})), evidence.keys, evidence.strings))
+    assert field in unread
+    assert set(unread) - {field} == set(_unread(evidence))
