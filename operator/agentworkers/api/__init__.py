@@ -52,7 +52,7 @@ class Resource:
     status: type[KubeModel] | None
     short_names: tuple[str, ...]
     printer_columns: tuple[Mapping[str, object], ...]
-    root_rules: tuple[Mapping[str, str], ...] = field(default=())
+    root_rules: tuple[Mapping[str, object], ...] = field(default=())
     # A bound on metadata.name (the only metadata a CRD schema may restrict), if any.
     max_name_length: int | None = None
     group: str = GROUP
@@ -186,9 +186,11 @@ WORKER = Resource(
             "fieldPath": ".spec.parent",
         },
         {
-            # The model's own check (WorkerSpec.kind), for requests no webhook sees.
-            "rule": "!has(self.spec.kind) || "
+            # Admission's check (core.checks.check_kind), for creates no webhook sees; on
+            # creates only, so that Workers 0.1.0 made for a parent (kind static) still update.
+            "rule": "oldSelf.hasValue() || !has(self.spec.kind) || "
             "(self.spec.kind == 'dynamic') == has(self.spec.parent)",
+            "optionalOldSelf": True,
             "message": "spec.kind disagrees with spec.parent: a run with a parent is dynamic, "
             "a top-level run is static",
             "fieldPath": ".spec.kind",

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    Field,
-    StrictInt,
-    StrictStr,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import Field, StrictInt, StrictStr, model_validator
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
@@ -87,6 +79,13 @@ class WorkerSpec(KubeModel):
         min_length=1,
         max_length=253,
     )
+    kind: Literal["static", "dynamic"] = Field(
+        default="static",
+        description="How the run came to be (the seed's worker Kind). static: a top-level run "
+        "of its AgentConfig, instantiated from the agent as configured; dynamic: built at run "
+        "time by the parent run named in `parent`. Follows from `parent` when omitted; a kind "
+        "that disagrees with `parent` is refused at creation.",
+    )
     description: StrictStr = Field(default="", description="One line on what this worker is for.")
     prompt: Message = Field(
         default="",
@@ -143,14 +142,6 @@ class WorkerSpec(KubeModel):
         default=None,
         description="Key of a virtual-agent profile from the parent's frozen map; needs `parent`.",
     )
-    # After `parent`, which its check reads.
-    kind: Literal["static", "dynamic"] = Field(
-        default="static",
-        description="How the run came to be (the seed's worker Kind). static: a top-level run "
-        "of its AgentConfig, instantiated from the agent as configured; dynamic: built at run "
-        "time by the parent run named in `parent`. Follows from `parent` when omitted; a kind "
-        "that disagrees with `parent` is refused.",
-    )
     queries: tuple[Message, ...] = Field(
         default=(),
         description="Messages delivered after the first, in order, once each, at most "
@@ -190,27 +181,10 @@ class WorkerSpec(KubeModel):
     @model_validator(mode="before")
     @classmethod
     def _kind_from_parent(cls, data: Any) -> Any:
+        # Only the default: a Worker 0.1.0 made for a parent says static, and still loads.
         if isinstance(data, dict) and data.get("kind") is None:
             return {**data, "kind": "dynamic" if data.get("parent") else "static"}
         return data
-
-    @field_validator("kind")
-    @classmethod
-    def _kind_agrees(cls, kind: str, info: ValidationInfo) -> str:
-        parent = info.data.get("parent")
-        if (kind == "dynamic") != (parent is not None):
-            raise PydanticCustomError("kind_mismatch", kind_rule(kind, parent))
-        return kind
-
-
-def kind_rule(kind: str, parent: str | None) -> str:
-    """Why `kind` disagrees with `parent` (one wording for the model and the CRD's rule)."""
-    if parent is None:
-        return f"{kind!r} needs spec.parent: a dynamic run is built by a parent run"
-    return (
-        f"{kind!r} with spec.parent {parent!r}: a run with a parent is dynamic "
-        "(static is a top-level run of its AgentConfig); omit kind or set dynamic"
-    )
 
 
 class BindingSummary(KubeModel):

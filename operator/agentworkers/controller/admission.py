@@ -27,7 +27,7 @@ from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import lineage, metrics
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
-from agentworkers.core.checks import check_secrets
+from agentworkers.core.checks import check_kind, check_secrets
 from agentworkers.core.inputs import check as check_inputs
 from agentworkers.core.revisions import (
     Standalone,
@@ -137,6 +137,8 @@ def validate_worker(
     try:
         check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
         worker = WorkerSpec.model_validate(body.get("spec") or {})
+        if old is None:
+            check_kind(worker)
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
     except REFUSALS as e:
@@ -179,8 +181,19 @@ def validate_worker(
             dry_run,
             limits.get("tokenBudget"),
         )
-    if not worker.profile and not worker.inputs:
-        return
+    if worker.profile or worker.inputs:
+        _check_profile_and_inputs(storage, namespace, worker, parent_body, config_body)
+
+
+def _check_profile_and_inputs(
+    storage: Repository,
+    namespace: str,
+    worker: WorkerSpec,
+    parent_body: dict[str, Any] | None,
+    config_body: dict[str, Any] | None,
+) -> None:
+    """The spawn's profile comes from its parent's frozen map, and its inputs fit the
+    profile that bounds it (its own, or the one of the profile run it runs below)."""
     try:
         parent, ancestor = lineage.parent_run(storage, namespace, parent_body)
         bound, via = None, ""

@@ -26,7 +26,7 @@ from agentworkers.controller import metrics
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
-from agentworkers.core.checks import check_secrets
+from agentworkers.core.checks import check_kind, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check as check_inputs
 from agentworkers.core.pods import build_pod
@@ -165,6 +165,7 @@ def start(
             raise
         worker.update(binding=summary(binding))
     check_secrets(worker.spec, config.allowed_secrets)
+    check_kind(worker.spec)
     effective = resolve(config, worker.spec, profile)
     via = ""
     if ancestor is not None and not worker.spec.profile:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.errors import SecretNotAllowedError
+from agentworkers.errors import InvalidSpecError, SecretNotAllowedError
 
 
 def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
@@ -20,3 +20,19 @@ def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
             f"AgentConfig {worker.agent} does not allow secret(s) {', '.join(refused)}",
             field="spec.allowedSecrets",
         )
+
+
+def check_kind(worker: WorkerSpec) -> None:
+    """A Worker's kind agrees with its parent: dynamic runs are built by a parent run,
+    static ones are top-level. Checked when a Worker is made (Workers 0.1.0 made for a
+    parent say static, and keep running)."""
+    if (worker.kind == "dynamic") == (worker.parent is not None):
+        return
+    if worker.parent is None:
+        rule = "'dynamic' needs spec.parent: a dynamic run is built by a parent run"
+    else:
+        rule = (
+            f"'static' with spec.parent {worker.parent!r}: a run with a parent is dynamic "
+            "(static is a top-level run of its AgentConfig); omit kind or set dynamic"
+        )
+    raise InvalidSpecError(rule, field="spec.kind")

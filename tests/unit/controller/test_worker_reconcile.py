@@ -215,6 +215,13 @@ def _below_a_profile_run(memory: Memory) -> None:
     memory.put("workers", worker("w", parent="researcher"))
 
 
+def _kind_disagrees(memory: Memory) -> None:
+    """As admission (when it is off) would have refused: a child that says it is static."""
+    planner(memory)
+    started(memory, "parent")
+    memory.put("workers", worker("w", parent="parent", kind="static"))
+
+
 def _inputs(*names: str) -> list[dict[str, Any]]:
     return [encode(name, b"text\n").wire() for name in names]
 
@@ -323,6 +330,9 @@ ROWS = {
         "InputNotAllowed",
         pod=False,
         events=("InputNotAllowed",),
+    ),
+    "a kind that disagrees with its parent": Row(
+        _kind_disagrees, "w", "Failed", "InvalidSpec", pod=False, events=("InvalidSpec",)
     ),
     "inputs within its profile": Row(
         _inputs_within_the_profile, "w", "Pending", "Running", pod=True
