@@ -62,8 +62,9 @@ class WorkerInput(KubeModel):
         max_length=64,  # what the pattern says, for the cost of the immutability rule
     )
     content: StrictStr = Field(
-        description=f"The content, base64; at most {MAX_INPUT_BYTES} bytes decoded, "
-        f"{MAX_INPUTS_BYTES} for all of a Worker's inputs.",
+        default="",
+        description=f"The content, base64 (omit for an empty file); at most {MAX_INPUT_BYTES} "
+        f"bytes decoded, {MAX_INPUTS_BYTES} for all of a Worker's inputs.",
         # Base64 of MAX_INPUT_BYTES: 4 characters for every 3 bytes.
         max_length=-(-MAX_INPUT_BYTES // 3) * 4,
         pattern=_BASE64,

@@ -28,7 +28,7 @@ from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
-from agentworkers.core.inputs import check as check_inputs
+from agentworkers.core.inputs import check_bounds as check_inputs
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
     ParentRun,

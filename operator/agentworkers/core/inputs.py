@@ -4,9 +4,10 @@ A spawn hands its child files of its own sandbox (`WorkerSpec.inputs`). A run un
 virtual profile (its own, or the one of the profile run it runs below) receives at most
 the profile's `inputCount` of them, each matching one of its `inputPatterns`; inputs
 the profile's `inputDisposition` says to give inline must be UTF-8 text. Any other run
-receives what the API's bounds allow. Admission checks this before the Worker persists,
-the operator again before its pod exists, and the run checks each input's digest before
-it takes it.
+receives what the API's bounds allow. Admission checks all of this before the Worker
+persists; the operator checks the bounds again before its pod exists (its copy of a
+Worker keeps no content); the run checks each input's digest, and that an inline one is
+text, before it takes it.
 """
 
 from __future__ import annotations
@@ -81,34 +82,55 @@ def decode(inputs: Sequence[WorkerInput], field: str = "spec.inputs") -> list[In
     return decoded
 
 
-def check(inputs: Sequence[WorkerInput], profile: Profile | None, via: str = "") -> list[Input]:
-    """The inputs, decoded, if `profile` (the run's own, or the one of the profile run
-    `via` it runs below) lets the run receive them; else the refusal, naming the rule."""
-    decoded = decode(inputs)
-    if profile is None or not decoded:
-        return decoded
-    whose = f"profile {profile.key!r}" + (f" (of {via}, which this run runs below)" if via else "")
-    if len(decoded) > profile.input_count:
+def check_bounds(inputs: Sequence[WorkerInput], profile: Profile | None, via: str = "") -> None:
+    """`profile` (the run's own, or the one of the profile run `via` it runs below) lets
+    the run receive inputs of these names (their count and patterns); else the refusal,
+    naming the rule. Reads no content: the operator's copy of a Worker has none."""
+    if profile is None or not inputs:
+        return
+    whose = _whose(profile, via)
+    if len(inputs) > profile.input_count:
         raise InputNotAllowedError(
-            f"{len(decoded)} inputs exceeds inputCount {profile.input_count} of {whose}",
+            f"{len(inputs)} inputs exceeds inputCount {profile.input_count} of {whose}",
             "spec.inputs",
         )
     patterns = profile.input_patterns or ()
-    for index, item in enumerate(decoded):
+    for index, item in enumerate(inputs):
         if matching_pattern(patterns, item.name) is None:
             allowed = ", ".join(patterns) or "none"
             raise InputNotAllowedError(
-                f"{item.name!r} ({item.media_type}) matches no inputPatterns of {whose} "
+                f"{item.name!r} ({media_type(item.name)}) matches no inputPatterns of {whose} "
                 f"({allowed})",
                 f"spec.inputs[{index}].name",
             )
-        if profile.input_disposition == INLINE and not _is_text(item.data):
+
+
+def check_inline(decoded: Sequence[Input], disposition: str, whose: str) -> None:
+    """Inputs given inline (in the first message: `disposition` inline, as `whose`, the
+    profile, says) are UTF-8 text."""
+    if disposition != INLINE:
+        return
+    for index, item in enumerate(decoded):
+        if not _is_text(item.data):
             raise InputNotAllowedError(
                 f"{item.name!r} is not UTF-8 text, and {whose} gives its inputs inline "
                 "(inputDisposition inline)",
                 f"spec.inputs[{index}].content",
             )
+
+
+def check(inputs: Sequence[WorkerInput], profile: Profile | None, via: str = "") -> list[Input]:
+    """Admission's whole check: the inputs decoded (`decode`), within the profile's
+    bounds (`check_bounds`), text where it gives them inline (`check_inline`)."""
+    decoded = decode(inputs)
+    check_bounds(inputs, profile, via)
+    if profile is not None:
+        check_inline(decoded, profile.input_disposition, _whose(profile, via))
     return decoded
+
+
+def _whose(profile: Profile, via: str) -> str:
+    return f"profile {profile.key!r}" + (f" (of {via}, which this run runs below)" if via else "")
 
 
 def _is_text(data: bytes) -> bool:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from agentworkers.api.worker import MAX_INPUT_BYTES, MAX_INPUTS, MAX_INPUTS_BYTES, WorkerInput
-from agentworkers.core.inputs import INLINE, INPUTS_DIR, Input, decode, encode
+from agentworkers.core.inputs import INLINE, INPUTS_DIR, Input, check_inline, decode, encode
 from agentworkers.errors import InvalidInputError
 from agentworkers.runtime.tools import Sandbox, ToolError
 
@@ -45,10 +45,12 @@ def read(sandbox: Sandbox, paths: Sequence[str]) -> tuple[WorkerInput, ...]:
 def take(root: str, inputs: Sequence[WorkerInput], disposition: str) -> str:
     """Check the inputs' digests and give them to the run: attachments are written under
     `root` (the sandbox); the note (inline inputs' text included) goes before the first
-    message. Raises `InvalidInputError` for an input that is not what its digest says."""
+    message. Raises `InvalidInputError` for an input that is not what its digest says,
+    `InputNotAllowedError` for one to give inline that is not text."""
     decoded = decode(inputs)
     if not decoded:
         return ""
+    check_inline(decoded, disposition, "its profile")
     if disposition == INLINE:
         return "\n\n".join(_inline(item) for item in decoded) + "\n\n"
     directory = os.path.join(root, INPUTS_DIR)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentworkers.api.worker import MAX_INPUT_BYTES, MAX_INPUTS_BYTES, WorkerInput
-from agentworkers.core.inputs import check, decode, encode
+from agentworkers.core.inputs import check, check_bounds, decode, encode
 from agentworkers.errors import InputNotAllowedError, InvalidInputError
 from agentworkers.runtime.inputs import read, take
 from agentworkers.runtime.tools import Sandbox, ToolError
@@ -124,3 +124,13 @@ def test_a_child_takes_attachments_as_files_and_inline_inputs_as_text(tmp_path: 
     assert take(str(tmp_path), [], "") == ""
     with pytest.raises(InvalidInputError):
         take(str(tmp_path), [inputs[0].model_copy(update={"sha256": "0" * 64})], "")
+    with pytest.raises(InputNotAllowedError):
+        take(str(tmp_path), [encode("a.md", b"\xff")], "inline")
+
+
+def test_the_operator_checks_names_alone() -> None:
+    """Its copy of a Worker keeps no content: the bounds are checked without it."""
+    nameless = [i.model_copy(update={"content": ""}) for i in _inputs("a.md", "d.sh")]
+    check_bounds(nameless[:1], RESEARCHER)
+    with pytest.raises(InputNotAllowedError, match=r"'d\.sh'"):
+        check_bounds(nameless, RESEARCHER)
