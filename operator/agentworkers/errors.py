@@ -99,6 +99,19 @@ class ReasoningAPIUnsupportedError(RuleError):
     reason = "ReasoningAPIUnsupported"
 
 
+class InvalidInputError(RuleError):
+    """An input that is not what it says: bad base64, a digest that differs, past a size."""
+
+    reason = "InvalidInput"
+
+
+class InputNotAllowedError(RuleError):
+    """A spawn's inputs past its profile's bounds (inputCount, inputPatterns) or beyond
+    what its inputDisposition can give."""
+
+    reason = "InputNotAllowed"
+
+
 class TooManyProfilesError(RuleError):
     """A standalone profile that came after the agent's map was full."""
 

@@ -91,10 +91,10 @@ def test_a_worker_from_spawn_to_collect(cluster: Cluster, namespace: str) -> Non
     assert [w["name"] for w in listed] == ["w1", "w2"]  # start time, then name
     assert listed[0]["spec"]["initialMessage"] == "hello"
     table = cli(cluster, namespace, "list").stdout.splitlines()
-    assert table[0].split()[:5] == ["NAME", "PHASE", "AGENT", "PROFILE", "PARENT"]
-    assert [row.split()[:3] for row in table[1:]] == [
-        ["w1", "Running", "planner"],
-        ["w2", "Running", "planner"],
+    assert table[0].split()[:6] == ["NAME", "PHASE", "KIND", "AGENT", "PROFILE", "PARENT"]
+    assert [row.split()[:4] for row in table[1:]] == [
+        ["w1", "Running", "static", "planner"],
+        ["w2", "Running", "static", "planner"],
     ]
 
     assert cli(cluster, namespace, "query", "w1", "more please").stdout == (

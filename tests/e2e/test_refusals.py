@@ -139,6 +139,7 @@ MUTATIONS: dict[str, list[Mutation]] = {
     "Worker": [
         lambda r, n: (_worker(n, profile=_word(r)), "spec.profile needs spec.parent"),
         lambda r, n: (_worker(n, kind=_word(r)), "spec.kind"),
+        lambda r, n: (_worker(n, kind="dynamic"), "spec.kind"),
         lambda r, n: (_worker(n, reasoning=_word(r)), "spec.reasoning"),
         lambda r, n: (_worker(n, provider=_word(r)), "spec.provider"),
         # Thinking with the Worker's own provider not anthropic (CEL), or with its agent's

@@ -53,7 +53,7 @@ class Resource:
     status: type[KubeModel] | None
     short_names: tuple[str, ...]
     printer_columns: tuple[Mapping[str, object], ...]
-    root_rules: tuple[Mapping[str, str], ...] = field(default=())
+    root_rules: tuple[Mapping[str, object], ...] = field(default=())
     # A bound on metadata.name (the only metadata a CRD schema may restrict), if any.
     max_name_length: int | None = None
     group: str = GROUP
@@ -173,6 +173,15 @@ WORKER = Resource(
         _fixed("parent"),
         _fixed("profile"),
         {
+            # Names and digests, not the content (its size would cost the rule too much):
+            # the run checks the content against the digest.
+            "rule": "has(self.spec.inputs) == has(oldSelf.spec.inputs) && "
+            "(!has(self.spec.inputs) || self.spec.inputs.map(i, i.name + ':' + i.sha256) == "
+            "oldSelf.spec.inputs.map(i, i.name + ':' + i.sha256))",
+            "message": "spec.inputs is immutable",
+            "fieldPath": ".spec.inputs",
+        },
+        {
             "rule": "!has(self.spec.profile) || has(self.spec.parent)",
             "message": "spec.profile needs spec.parent: a parent worker applies a virtual profile",
             "fieldPath": ".spec.parent",
@@ -182,6 +191,16 @@ WORKER = Resource(
             "self.spec.provider == 'anthropic'",
             "message": "spec.reasoningAPI is Anthropic's thinking: it needs provider anthropic",
             "fieldPath": ".spec.reasoningAPI",
+        },
+        {
+            # Admission's check (core.checks.check_kind), for creates no webhook sees; on
+            # creates only, so that Workers 0.1.0 made for a parent (kind static) still update.
+            "rule": "oldSelf.hasValue() || !has(self.spec.kind) || "
+            "(self.spec.kind == 'dynamic') == has(self.spec.parent)",
+            "optionalOldSelf": True,
+            "message": "spec.kind disagrees with spec.parent: a run with a parent is dynamic, "
+            "a top-level run is static",
+            "fieldPath": ".spec.kind",
         },
         {
             "rule": "!has(oldSelf.spec.kill) || "

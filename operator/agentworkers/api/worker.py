@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr, ValidationInfo, field_validator
+from pydantic import Field, StrictInt, StrictStr, ValidationInfo, field_validator, model_validator
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import Condition, KubeModel, MaxBytes, conditions_field
@@ -15,7 +15,13 @@ from agentworkers.api.provider import (
     ReasoningAPI,
     reasoning_api_rule,
 )
-from agentworkers.virtualagent import MAX_KEY_LENGTH, MAX_MODEL_LENGTH
+from agentworkers.virtualagent import (
+    HEX_DIGEST_PATTERN,
+    INPUT_NAME_PATTERN,
+    MAX_INPUT_NAME_BYTES,
+    MAX_KEY_LENGTH,
+    MAX_MODEL_LENGTH,
+)
 
 Phase = Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"]
 TERMINAL_PHASES: frozenset[str] = frozenset({"Done", "Failed", "Killed"})
@@ -28,6 +34,11 @@ MAX_QUERIES = 256
 MAX_MESSAGE_BYTES = 64 * 1024
 Message = Annotated[StrictStr, MaxBytes(MAX_MESSAGE_BYTES)]
 MAX_REASON_BYTES = 1024
+# Inputs travel inside the Worker (etcd keeps an object to 1.5 MiB): a few, and small.
+MAX_INPUTS = 16
+MAX_INPUT_BYTES = 256 * 1024  # one input's content, decoded
+MAX_INPUTS_BYTES = 512 * 1024  # all of one Worker's, decoded
+_BASE64 = r"^[A-Za-z0-9+/]*={0,2}$"
 
 
 class Kill(KubeModel):
@@ -43,6 +54,30 @@ class Kill(KubeModel):
     )
 
 
+class WorkerInput(KubeModel):
+    """A file handed to the run: a spawning parent's sandbox file, carried whole."""
+
+    name: Annotated[StrictStr, MaxBytes(MAX_INPUT_NAME_BYTES)] = Field(
+        description="Canonical filename: a base name of letters, digits, '.', '_' and '-' "
+        "(no directory); the file is inputs/<name> in the run's sandbox. Its MIME type follows "
+        "from it. Unique among the Worker's inputs.",
+        pattern=INPUT_NAME_PATTERN,
+    )
+    sha256: StrictStr = Field(
+        description="SHA-256 (hex) of the content; the run checks it before it takes the input.",
+        pattern=HEX_DIGEST_PATTERN,
+        max_length=64,  # what the pattern says, for the cost of the immutability rule
+    )
+    content: StrictStr = Field(
+        default="",
+        description=f"The content, base64 (omit for an empty file); at most {MAX_INPUT_BYTES} "
+        f"bytes decoded, {MAX_INPUTS_BYTES} for all of a Worker's inputs.",
+        # Base64 of MAX_INPUT_BYTES: 4 characters for every 3 bytes.
+        max_length=-(-MAX_INPUT_BYTES // 3) * 4,
+        pattern=_BASE64,
+    )
+
+
 class WorkerSpec(KubeModel):
     """What to run. `agent`, `parent` and `profile` are fixed at creation."""
 
@@ -54,12 +89,16 @@ class WorkerSpec(KubeModel):
     )
     kind: Literal["static", "dynamic"] = Field(
         default="static",
-        description="static: the agent as configured; dynamic: built at run time from this spec.",
+        description="How the run came to be (the seed's worker Kind). static: a top-level run "
+        "of its AgentConfig, instantiated from the agent as configured; dynamic: built at run "
+        "time by the parent run named in `parent`. Follows from `parent` when omitted; a kind "
+        "that disagrees with `parent` is refused at creation.",
     )
     description: StrictStr = Field(default="", description="One line on what this worker is for.")
     prompt: Message = Field(
         default="",
-        description=f"Extra system prompt for a dynamic worker, at most {MAX_MESSAGE_BYTES} bytes.",
+        description=f"Extra system prompt, added to the agent's; at most {MAX_MESSAGE_BYTES} "
+        "bytes.",
     )
     provider: Provider | None = Field(
         default=None, description=f"Driver override: {PROVIDERS_TEXT}."
@@ -94,6 +133,15 @@ class WorkerSpec(KubeModel):
         default="",
         description=f"First message, delivered when the run starts; at most {MAX_MESSAGE_BYTES} "
         "bytes.",
+    )
+    inputs: tuple[WorkerInput, ...] = Field(
+        default=(),
+        description="Files the run starts with (a parent's spawn_worker passes files of its "
+        "sandbox). Under a virtual profile (its own, or the one of the profile run it runs "
+        "below) at most the profile's inputCount, each matching one of its inputPatterns, "
+        f"and given as its inputDisposition says; otherwise at most {MAX_INPUTS}, as files "
+        "inputs/<name>. Fixed at creation.",
+        max_length=MAX_INPUTS,
     )
     parent: StrictStr | None = Field(
         default=None, description="The Worker that spawned this one (it owns this one)."
@@ -147,6 +195,14 @@ class WorkerSpec(KubeModel):
         "still has to collect it; defaults to the AgentConfig's (none: it stays).",
         ge=0,
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_parent(cls, data: Any) -> Any:
+        # Only the default: a Worker 0.1.0 made for a parent says static, and still loads.
+        if isinstance(data, dict) and data.get("kind") is None:
+            return {**data, "kind": "dynamic" if data.get("parent") else "static"}
+        return data
 
 
 class BindingSummary(KubeModel):

@@ -20,7 +20,7 @@ EVENT_COLUMNS = ("WORKER", 24), ("INDEX", 6), ("KIND", 18), ("TIME", 21), ("SUMM
 # A streamed table (events -A, list -w) across namespaces leads with this column.
 NAMESPACE_COLUMN = ("NAMESPACE", 20)
 WATCH_COLUMNS = (
-    ("NAME", 24), ("PHASE", 8), ("AGENT", 16), ("PROFILE", 12), ("PARENT", 16),
+    ("NAME", 24), ("PHASE", 8), ("KIND", 8), ("AGENT", 16), ("PROFILE", 12), ("PARENT", 16),
     ("LAST EVENT", 24), ("AGE", 0),
 )  # fmt: skip
 # The CLI's own default for waits (the Python client has its own for its callers).
@@ -175,10 +175,19 @@ def add_spawn(verb: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--kind",
         choices=("static", "dynamic"),
-        help="static: the agent's own prompt; dynamic: with --prompt added to it",
+        help="static: a top-level run; dynamic: a child of --parent. Follows from --parent "
+        "when omitted; one that disagrees with it is refused",
     )
     p.add_argument("--description", help="one line on what the worker is for")
-    p.add_argument("--prompt", help="extra system prompt (dynamic workers)")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a local file the run starts with, as inputs/<its name> in its sandbox "
+        "(repeatable; under a profile, within its inputCount and inputPatterns)",
+    )
+    p.add_argument("--prompt", help="extra system prompt, added to the agent's")
     p.add_argument(
         "--provider",
         choices=PROVIDERS,

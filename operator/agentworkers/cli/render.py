@@ -151,7 +151,8 @@ def _worker_cells(w: WorkerInfo, namespaces: bool) -> tuple[Any, ...]:
     lead = (w.namespace,) if namespaces else ()
     return (
         *lead,
-        *(w.name, w.phase, w.spec.agent, w.spec.profile, w.spec.parent, w.status.last_event),
+        *(w.name, w.phase, w.spec.kind, w.spec.agent, w.spec.profile, w.spec.parent),
+        w.status.last_event,
         age(w.created),
     )
 
@@ -159,7 +160,9 @@ def _worker_cells(w: WorkerInfo, namespaces: bool) -> tuple[Any, ...]:
 def worker_rows(workers: Sequence[WorkerInfo], wide: bool = False, namespaces: bool = False) -> str:
     """The list table; `wide` adds the pod, the revision the run uses and its start;
     `namespaces` leads with the namespace (list -A)."""
-    header = led(namespaces, ("NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE"))
+    header = led(
+        namespaces, ("NAME", "PHASE", "KIND", "AGENT", "PROFILE", "PARENT", "LAST EVENT", "AGE")
+    )
     extra = ("POD", "REVISION", "STARTED") if wide else ()
     return table(
         header + extra,
@@ -224,9 +227,12 @@ def inspection_text(found: Inspection, since: int) -> str:
     text = describe(
         [
             ("Name", w.name),
+            ("Description", w.spec.description or None),
+            ("Kind", w.spec.kind),
             ("Agent", w.spec.agent),
             ("Profile", w.spec.profile),
             ("Parent", w.spec.parent),
+            ("Inputs", ", ".join(i.name for i in w.spec.inputs) or None),
             ("Phase", w.phase),
             ("Waiting", w.waiting),
             ("Started", when(status.started_at)),

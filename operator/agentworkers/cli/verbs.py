@@ -8,6 +8,7 @@ errors are raised and mapped to exit codes by `agentworkers.cli`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentworkers.api import WorkerSpec
-from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.api.worker import MAX_INPUT_BYTES, TERMINAL_PHASES
 from agentworkers.cli.parsers import EVENT_COLUMNS, TABLES, WATCH_COLUMNS, UsageError
 from agentworkers.cli.render import (
     collect_line,
@@ -50,6 +51,8 @@ from agentworkers.client import (
     WorkerInfo,
     kill_outcome,
 )
+from agentworkers.core.inputs import encode as encode_input
+from agentworkers.errors import InvalidInputError
 from agentworkers.errors import describe as describe_invalid
 
 Handler = Callable[[Client, argparse.Namespace, "Output"], int]
@@ -221,6 +224,8 @@ def spawn_request(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[s
         value = getattr(args, dest)
         if value is not None and value != []:
             base[wire] = value
+    if args.input:
+        base["inputs"] = [_input(path) for path in args.input]
     if args.suspend:
         base["suspend"] = True
     if args.interactive:
@@ -231,6 +236,21 @@ def spawn_request(args: argparse.Namespace) -> tuple[str, dict[str, Any], dict[s
             raise UsageError(f"--label {label!r}: expected KEY=VALUE")
         labels[key] = value
     return name, base, labels
+
+
+def _input(path: str) -> dict[str, Any]:
+    """The spec entry for a local file: its base name, digest and content."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"--input {path}: {e.strerror}") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise UsageError(f"--input {path}: larger than {MAX_INPUT_BYTES} bytes")
+    try:
+        return encode_input(os.path.basename(path), data).wire()
+    except InvalidInputError as e:
+        raise UsageError(f"--input {path}: {e.rule}") from e
 
 
 def spawn(client: Client, args: argparse.Namespace, out: Output) -> int:

@@ -15,25 +15,34 @@ from typing import Any
 from prometheus_client import Counter
 from pydantic import ValidationError
 
-from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, WorkerSpec
+from agentworkers.api import (
+    AgentConfigSpec,
+    AgentConfigStatus,
+    VirtualAgentProfileSpec,
+    WorkerSpec,
+    WorkerStatus,
+)
 from agentworkers.api.agentconfig import ModelDefaults
+from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import lineage, metrics, quotas
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
-from agentworkers.core.checks import check_reasoning_api, check_secrets
+from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
+from agentworkers.core.inputs import check as check_inputs
 from agentworkers.core.revisions import (
     Standalone,
     check_standalone,
     effective_map,
     standalone_source,
 )
-from agentworkers.core.spawning import check_binding_write, check_spawn
+from agentworkers.core.spawning import ancestor_profile, check_binding_write, check_spawn
 from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import (
     REFUSALS,
     ForeignRevisionError,
+    InvalidSpecError,
     NotYourChildError,
     ReasoningAPIUnsupportedError,
     Refusal,
@@ -43,6 +52,7 @@ from agentworkers.errors import (
     describe,
 )
 from agentworkers.kube.repository import Repository
+from agentworkers.virtualagent import Profile
 
 
 def _refuse(error: Refusal, counter: Counter = metrics.CONFIG_REFUSALS) -> Refused:
@@ -153,6 +163,8 @@ def validate_worker(
     try:
         check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
         worker = WorkerSpec.model_validate(body.get("spec") or {})
+        if old is None:
+            check_kind(worker)
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
     except REFUSALS as e:
@@ -203,22 +215,50 @@ def validate_worker(
             dry_run,
             limits.get("tokenBudget"),
         )
-    if not worker.profile:
-        return
+    if worker.profile or worker.inputs:
+        _check_profile_and_inputs(storage, namespace, worker, parent_body, config_body)
+
+
+def _check_profile_and_inputs(
+    storage: Repository,
+    namespace: str,
+    worker: WorkerSpec,
+    parent_body: dict[str, Any] | None,
+    config_body: dict[str, Any] | None,
+) -> None:
+    """The spawn's profile comes from its parent's frozen map, and its inputs fit the
+    profile that bounds it (its own, or the one of the profile run it runs below)."""
     try:
-        parent, _ = lineage.parent_run(storage, namespace, parent_body)
+        parent, ancestor = lineage.parent_run(storage, namespace, parent_body)
+        bound, via = None, ""
+        if worker.profile:
+            frozen_revision = (
+                storage.revision_spec(namespace, parent.frozen.name)
+                if parent and parent.frozen
+                else None
+            )
+            live = None
+            if config_body is not None:
+                status = AgentConfigStatus.model_validate(config_body.get("status") or {})
+                live = status.active_revision
+            bound = check_spawn(worker, parent, frozen_revision, live).profile
+        elif ancestor is not None:
+            # Not bound yet: the operator checks the inputs once it is, before the pod.
+            bound, via = _bound_by(ancestor), ancestor["metadata"]["name"]
+        check_inputs(worker.inputs, bound, via)
+    except ValidationError as e:
+        raise _refuse_spawn(describe(e)) from e
     except REFUSALS as e:
         raise _refuse_spawn(e) from e
-    frozen_revision = (
-        storage.revision_spec(namespace, parent.frozen.name) if parent and parent.frozen else None
+
+
+def _bound_by(ancestor: dict[str, Any]) -> Profile | None:
+    """The profile a profile run's descendants are bounded by, if it is bound yet."""
+    return ancestor_profile(
+        WorkerSpec.model_validate(ancestor["spec"]),
+        (ancestor["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION),
+        WorkerStatus.model_validate(ancestor.get("status") or {}).binding,
     )
-    live = None
-    if config_body is not None:
-        live = AgentConfigStatus.model_validate(config_body.get("status") or {}).active_revision
-    try:
-        check_spawn(worker, parent, frozen_revision, live)
-    except REFUSALS as e:
-        raise _refuse_spawn(e) from e
 
 
 def _check_against_config(
@@ -286,6 +326,10 @@ def _check_tree(
 
 
 def _validate_worker_update(worker: WorkerSpec, old: dict[str, Any]) -> None:
+    if worker.inputs != WorkerSpec.model_validate(old.get("spec") or {}).inputs:
+        raise _refuse_spawn(
+            InvalidSpecError(field="spec.inputs", rule="is immutable: it is fixed at creation")
+        )
     phase = (old.get("status") or {}).get("phase")
     old_queries = (old.get("spec") or {}).get("queries") or []
     if len(worker.queries) > len(old_queries) and phase in TERMINAL_PHASES:

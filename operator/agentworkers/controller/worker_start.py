@@ -26,8 +26,9 @@ from agentworkers.controller import metrics
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
-from agentworkers.core.checks import check_reasoning_api, check_secrets
+from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
+from agentworkers.core.inputs import check_bounds as check_inputs
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
     ParentRun,
@@ -165,9 +166,14 @@ def start(
         worker.update(binding=summary(binding))
     check_secrets(worker.spec, config.allowed_secrets)
     check_reasoning_api(worker.spec, config.model)
+    check_kind(worker.spec)
     effective = resolve(config, worker.spec, profile)
+    via = ""
     if ancestor is not None and not worker.spec.profile:
-        effective = _bounded(worker, config, ancestor, effective)
+        effective, profile = _bounded(worker, config, ancestor, effective)
+        via = ancestor["metadata"]["name"]
+    # Admission's check again (it can be off): the inputs fit the profile that bounds the run.
+    check_inputs(worker.spec.inputs, profile, via)
     account, *rbac = _access(storage, worker, config)
     storage.ensure_access([account])  # the API server admits no pod naming an absent account
     deadline = clocks.deadline(
@@ -204,8 +210,9 @@ def start(
 
 def _bounded(
     worker: Worker, config: AgentConfigSpec, ancestor: dict[str, Any], own: EffectiveConfig
-) -> EffectiveConfig:
-    """A run below a profile run never gets more than that run's effective config."""
+) -> tuple[EffectiveConfig, Profile]:
+    """A run below a profile run never gets more than that run's effective config; and
+    that run's profile, which bounds it."""
     above = load(ancestor)
     profile = ancestor_profile(
         above.spec, above.annotations.get(BINDING_ANNOTATION), above.status.binding
@@ -214,4 +221,4 @@ def _bounded(
         worker.wait(reasons.ANCESTOR_NOT_BOUND, f"worker {above.name} has no profile binding yet")
     via = InheritedBounds(worker=above.name, profile=profile.key)
     worker.update(inherited=via)
-    return inherit(own, resolve(config, above.spec, profile), via)
+    return inherit(own, resolve(config, above.spec, profile), via), profile

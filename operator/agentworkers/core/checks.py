@@ -11,7 +11,11 @@ from collections.abc import Iterable
 from agentworkers.api.agentconfig import ModelDefaults
 from agentworkers.api.provider import reasoning_api_rule
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.errors import ReasoningAPIUnsupportedError, SecretNotAllowedError
+from agentworkers.errors import (
+    InvalidSpecError,
+    ReasoningAPIUnsupportedError,
+    SecretNotAllowedError,
+)
 
 
 def check_secrets(worker: WorkerSpec, allowed: Iterable[str]) -> None:
@@ -30,3 +34,19 @@ def check_reasoning_api(worker: WorkerSpec, model: ModelDefaults) -> None:
     provider = worker.provider or model.provider
     if worker.reasoning_api is not None and provider != "anthropic":
         raise ReasoningAPIUnsupportedError(reasoning_api_rule(provider), field="spec.reasoningAPI")
+
+
+def check_kind(worker: WorkerSpec) -> None:
+    """A Worker's kind agrees with its parent: dynamic runs are built by a parent run,
+    static ones are top-level. Checked when a Worker is made (Workers 0.1.0 made for a
+    parent say static, and keep running)."""
+    if (worker.kind == "dynamic") == (worker.parent is not None):
+        return
+    if worker.parent is None:
+        rule = "'dynamic' needs spec.parent: a dynamic run is built by a parent run"
+    else:
+        rule = (
+            f"'static' with spec.parent {worker.parent!r}: a run with a parent is dynamic "
+            "(static is a top-level run of its AgentConfig); omit kind or set dynamic"
+        )
+    raise InvalidSpecError(rule, field="spec.kind")

@@ -64,6 +64,8 @@ class EffectiveConfig(KubeModel):
     profile: StrictStr | None = None
     inherited: InheritedBounds | None = None
     output_schema: dict[str, Any] | None = None
+    # What the runtime does with the Worker's inputs (a profile's inputDisposition).
+    input_disposition: StrictStr = ""
     script: list[dict[str, Any]] | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
@@ -163,6 +165,7 @@ def resolve(
         blocks = (Block(name=block_name(profile.key), text=profile.overlay.instructions),)
         sources["blocks"] = PROFILE
     sources["secrets"] = WORKER
+    sources["input_disposition"] = PROFILE if profile else AGENT
     return EffectiveConfig(
         agent=worker.agent,
         provider=provider,
@@ -185,6 +188,7 @@ def resolve(
         secrets=allowed_secrets(config, worker),
         profile=profile.key if profile else None,
         output_schema=profile.output_schema if profile else None,
+        input_disposition=profile.input_disposition if profile else "",
         script=worker.script if worker.script is not None else model.script,
         sources=sources,
     )
@@ -218,6 +222,7 @@ _INHERITED_CHOICES = (
     "temperature",
     "reasoning_effort",
     "reasoning_api",
+    "input_disposition",
 )
 
 

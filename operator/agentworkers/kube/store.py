@@ -6,7 +6,8 @@ does not grow with the number of objects, and the API server serves watches, not
 
 Three habits of client-go's informers and the Job controller:
 - What is kept is trimmed to the fields the operator reads (never a Worker's messages,
-  events or output, never a pod's spec): memory grows with the objects, not their size.
+  inputs' content, events or output, never a pod's spec): memory grows with the
+  objects, not their size.
 - Our own writes are written through, so the next pass sees them before their watch
   event arrives (the Job controller's "expectations": no second pod from a stale cache).
   A version older than the one kept is ignored, so a late event cannot undo a write.
@@ -50,12 +51,15 @@ def _meta(meta: Mapping[str, Any]) -> Body:
     return kept
 
 
-# A Worker's messages are the runtime's to read, up to 64 KiB each.
+# A Worker's messages are the runtime's to read, up to 64 KiB each; so is its inputs'
+# content (up to 512 KiB): the operator checks their names, admission and the run the rest.
 _MESSAGES = ("queries", "initialMessage")
 
 
 def _worker(body: Mapping[str, Any]) -> Body:
     spec = {k: v for k, v in (body.get("spec") or {}).items() if k not in _MESSAGES}
+    if "inputs" in spec:
+        spec["inputs"] = [{k: v for k, v in i.items() if k != "content"} for i in spec["inputs"]]
     status = {k: v for k, v in (body.get("status") or {}).items() if k not in RUNTIME_STATUS}
     return {**_envelope(body), "spec": spec, "status": status}
 

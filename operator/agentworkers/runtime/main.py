@@ -39,6 +39,8 @@ from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
 from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
+from agentworkers.runtime.inputs import read as read_inputs
+from agentworkers.runtime.inputs import take as take_inputs
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
 from agentworkers.runtime.providers import client_for
@@ -128,15 +130,26 @@ def _once_granted(call: Callable[[], T]) -> T:
 class KubeWorkerOps:
     """The planner tools' view of the cluster: children of this worker, of its agent."""
 
-    def __init__(self, client: Client, me: str, agent: str) -> None:
-        self.client, self.me, self.agent = client, me, agent
+    def __init__(self, client: Client, me: str, agent: str, sandbox: Sandbox) -> None:
+        self.client, self.me, self.agent, self.sandbox = client, me, agent, sandbox
 
-    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]:
+    def spawn(
+        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
+    ) -> dict[str, Any]:
         spec = WorkerSpec(
-            agent=self.agent, parent=self.me, profile=profile, initial_message=message
+            agent=self.agent,
+            parent=self.me,
+            description=description,
+            profile=profile,
+            initial_message=message,
+            inputs=read_inputs(self.sandbox, inputs),
         )
         created = self.client.spawn(name, spec)
-        return {"name": created.name, "profile": profile}
+        return {
+            "name": created.name,
+            "profile": profile,
+            "inputs": [i.name for i in spec.inputs],
+        }
 
     def inspect(self, name: str, since: int) -> dict[str, Any]:
         info = _once_granted(lambda: self.client.get(name))
@@ -193,8 +206,12 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     bus = EventBus(name)
     sink = JsonLinesSink(bus, sys.stdout)
     reporter = Reporter(storage, namespace, name, bus)
+    config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
+    spec = WorkerSpec.model_validate(body["spec"])
     try:
         verify_pin(storage, body)
+        # Before the first step: the inputs, checked against their digests.
+        inputs_note = take_inputs(sandbox, spec.inputs, config.input_disposition)
     except REFUSALS as error:
         reporter.report(
             phase="Failed",
@@ -204,11 +221,9 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         reporter.close()
         sink.close()
         return 1
-    config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
-    spec = WorkerSpec.model_validate(body["spec"])
     tools = [
         *Sandbox(sandbox).tools(),
-        *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent)),
+        *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent, Sandbox(sandbox))),
     ]
     servers = McpServers(config.mcp_servers)
     toolbox = Toolbox.for_config(config, tools, servers.tools)
@@ -222,7 +237,17 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
         if not connect_mcp(servers, toolbox, bus, reporter):
             return 1
         return _run_loop(
-            storage, namespace, name, body, spec, config, toolbox, skills, bus, reporter
+            storage,
+            namespace,
+            name,
+            body,
+            spec,
+            config,
+            toolbox,
+            skills,
+            inputs_note,
+            bus,
+            reporter,
         )
     finally:
         servers.close()
@@ -272,6 +297,7 @@ def _run_loop(
     config: EffectiveConfig,
     toolbox: Toolbox,
     skills: list[Skill],
+    inputs_note: str,
     bus: EventBus,
     reporter: Reporter,
 ) -> int:
@@ -313,7 +339,7 @@ def _run_loop(
     code = 0
     try:
         if spec.initial_message and delivered == 0:
-            loop.send(spec.initial_message)
+            loop.send(inputs_note + spec.initial_message)
         code = _serve(storage, namespace, name, spec, loop, reporter, finished, delivered)
     except LoopClosed:
         code = 1

@@ -26,6 +26,7 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
 from agentworkers.api.agentconfig import McpServer
 from agentworkers.api.names import TOOL_NAME_PATTERN, mcp_tool_of
+from agentworkers.api.worker import MAX_INPUTS
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime import sandbox
 from agentworkers.runtime.models import ToolSpec
@@ -180,13 +181,17 @@ class Sandbox:
             "truncated": len(entries) > MAX_LIST_ENTRIES,
         }
 
-    def read_file(self, args: dict[str, Any]) -> dict[str, Any]:
-        path = args["path"]
+    def read_bytes(self, path: str, size: int) -> bytes:
+        """At most `size` bytes of a regular file of the sandbox, opened beneath it."""
         # O_NONBLOCK: a FIFO put in the sandbox opens at once (and is refused) instead of
         # hanging the run; a regular file ignores it.
         with _tool_errors(path), _opened(self.root, path, os.O_RDONLY | os.O_NONBLOCK) as fd:
             _regular(fd, path)
-            data = sandbox.read_at_most(fd, MAX_READ_BYTES + 1)
+            return sandbox.read_at_most(fd, size)
+
+    def read_file(self, args: dict[str, Any]) -> dict[str, Any]:
+        path = args["path"]
+        data = self.read_bytes(path, MAX_READ_BYTES + 1)
         return {
             "path": path,
             "content": data[:MAX_READ_BYTES].decode("utf-8", "replace"),
@@ -327,7 +332,9 @@ def _entry(entry: os.DirEntry[str]) -> dict[str, Any]:
 class WorkerOps(Protocol):
     """Child-worker operations a planner's tools call (Kubernetes-backed in a pod)."""
 
-    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]: ...
+    def spawn(
+        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
+    ) -> dict[str, Any]: ...
 
     def inspect(self, name: str, since: int) -> dict[str, Any]: ...
 
@@ -340,16 +347,27 @@ def planner_tools(ops: WorkerOps) -> list[Tool]:
     return [
         Tool(
             "spawn_worker",
-            "Start a child worker with a first message, optionally under a virtual profile.",
+            "Start a child worker with a first message and a one-line description of what it "
+            "is for, optionally under a virtual profile, optionally with files of your sandbox "
+            "as its inputs (paths; the child finds them as inputs/<file name>, within what its "
+            "profile allows).",
             _schema(
                 {
                     "name": _STRING,
                     "message": _STRING,
+                    "description": _STRING,
                     "profile": {"type": ["string", "null"]},
+                    "inputs": {"type": "array", "items": _STRING, "maxItems": MAX_INPUTS},
                 },
                 ["name", "message"],
             ),
-            lambda a: ops.spawn(a["name"], a["message"], a.get("profile")),
+            lambda a: ops.spawn(
+                a["name"],
+                a["message"],
+                a.get("profile"),
+                a.get("inputs", []),
+                a.get("description", ""),
+            ),
         ),
         Tool(
             "inspect_worker",

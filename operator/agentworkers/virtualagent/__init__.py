@@ -14,13 +14,14 @@ Pure: no I/O. The live config revision reaches ``FrozenMap`` as a callable.
 Modules: ``constants`` (bounds), ``errors``, ``models``, ``bounds`` (schema metadata),
 ``canonical`` (Go-compatible JSON), ``text`` (Go string rules), ``validation``,
 ``normalization``, ``overlay_ops`` (set operations, clamps), ``frozen`` (freeze, bind,
-pin).
+pin), ``inputs`` (which inputs a profile lets a child receive).
 """
 
 from agentworkers.virtualagent.bounds import Bounds
 from agentworkers.virtualagent.constants import (
     DEFAULT_MAX_PROFILES,
     HEX_DIGEST_PATTERN,
+    INPUT_DISPOSITIONS,
     KEY_PATTERN,
     MAX_ENTRY_LENGTH,
     MAX_INSTRUCTIONS_BYTES,
@@ -49,6 +50,13 @@ from agentworkers.virtualagent.errors import (
     VirtualAgentError,
 )
 from agentworkers.virtualagent.frozen import FrozenMap, LiveRevisionReader, clone_binding
+from agentworkers.virtualagent.inputs import (
+    INPUT_NAME_PATTERN,
+    MAX_INPUT_NAME_BYTES,
+    is_canonical_name,
+    matching_pattern,
+    media_type,
+)
 from agentworkers.virtualagent.models import Binding, Overlay, Profile, ProfileMap
 from agentworkers.virtualagent.normalization import (
     normalize_map,
@@ -76,8 +84,11 @@ from agentworkers.virtualagent.validation import (
 __all__ = [
     "DEFAULT_MAX_PROFILES",
     "HEX_DIGEST_PATTERN",
+    "INPUT_DISPOSITIONS",
+    "INPUT_NAME_PATTERN",
     "KEY_PATTERN",
     "MAX_ENTRY_LENGTH",
+    "MAX_INPUT_NAME_BYTES",
     "MAX_INSTRUCTIONS_BYTES",
     "MAX_KEY_LENGTH",
     "MAX_LABEL_LENGTH",
@@ -111,6 +122,9 @@ __all__ = [
     "clamp_max",
     "clone_binding",
     "intersect_strings",
+    "is_canonical_name",
+    "matching_pattern",
+    "media_type",
     "normalize_map",
     "normalize_overlay",
     "normalize_profile",

@@ -53,3 +53,8 @@ HEX_DIGEST_PATTERN: Final = r"^[0-9a-fA-F]{64}$"
 
 REASONING_EFFORTS: Final = ("off", "low", "medium", "high")
 """Values the overlay ``reasoning_effort`` may take."""
+
+INPUT_DISPOSITIONS: Final = ("", "attachment", "inline")
+"""Values ``input_disposition`` may take: empty (the normal policy, which is
+``attachment``: each input is a file in the child's sandbox), ``attachment``, or
+``inline`` (each input's text is given in the child's first message instead)."""

@@ -21,6 +21,7 @@ from agentworkers.virtualagent.bounds import Bounds, entry_list
 from agentworkers.virtualagent.constants import (
     DEFAULT_MAX_PROFILES,
     HEX_DIGEST_PATTERN,
+    INPUT_DISPOSITIONS,
     KEY_PATTERN,
     MAX_ENTRY_LENGTH,
     MAX_INSTRUCTIONS_BYTES,
@@ -211,22 +212,27 @@ class Profile(_Shape):
     input_patterns: Names | None = Field(
         default=None,
         description=(
-            "Which inherited artifacts the child may receive, matched against an "
-            "artifact's canonical filename and MIME type. Each pattern is 1 to "
-            f"{MAX_ENTRY_LENGTH} bytes; order and duplicates do not matter."
+            "Which inputs (files of the parent's sandbox) the child may receive: shell-style "
+            "patterns (fnmatch: *, ?, [...]), each matched against an input's canonical "
+            "filename (e.g. *.md) and its MIME type (e.g. text/*); an input must match one. "
+            f"Omit for none. Each pattern is 1 to {MAX_ENTRY_LENGTH} bytes; order and "
+            "duplicates do not matter."
         ),
         json_schema_extra=entry_list(None, MAX_ENTRY_LENGTH),
     )
     input_count: StrictInt = Field(
         default=0,
-        description="Maximum number of inherited input references the child may receive.",
+        description="Most inputs the child may receive; 0 (the default): none.",
         json_schema_extra=Bounds(minimum=0),
     )
     input_disposition: StrictStr = Field(
         default="",
         description=(
-            "Disposition applied to every accepted input reference. Empty keeps the normal policy."
+            "What the child's runtime does with every accepted input: attachment (a file "
+            "inputs/<name> in its sandbox) or inline (its text in the child's first message; "
+            "text inputs only). Empty keeps the normal policy, attachment."
         ),
+        json_schema_extra=Bounds(enum=INPUT_DISPOSITIONS),
     )
     output_schema: dict[str, Any] | None = Field(
         default=None,

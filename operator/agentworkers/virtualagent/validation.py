@@ -16,6 +16,7 @@ from agentworkers.virtualagent.canonical import sha256_hex
 from agentworkers.virtualagent.constants import (
     DEFAULT_MAX_PROFILES,
     HEX_DIGEST_PATTERN,
+    INPUT_DISPOSITIONS,
     KEY_PATTERN,
     MAX_ENTRY_LENGTH,
     MAX_INPUT_COUNT,
@@ -138,6 +139,12 @@ def validate_profile(profile: Profile) -> None:
     if not 0 <= profile.input_count <= MAX_INPUT_COUNT:
         raise InvalidProfileError(
             "input_count", f"{profile.input_count} is outside 0 to {MAX_INPUT_COUNT}"
+        )
+    if profile.input_disposition not in INPUT_DISPOSITIONS:
+        raise InvalidProfileError(
+            "input_disposition",
+            f"{profile.input_disposition!r} is not one of "
+            f"{', '.join(repr(d) for d in INPUT_DISPOSITIONS)}",
         )
     schema = profile.output_schema
     if schema is None:

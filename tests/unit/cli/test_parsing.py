@@ -124,6 +124,17 @@ def test_spawn_flags_become_spec_fields() -> None:
     assert args.wait is None
 
 
+def test_spawn_inputs_are_local_files(tmp_path: Path) -> None:
+    (tmp_path / "plan.md").write_text("# plan\n")
+    _, fields, _ = spawn_request(parse("spawn", "w1", "--input", str(tmp_path / "plan.md")))
+    [entry] = fields["inputs"]
+    assert entry["name"] == "plan.md" and entry["content"] == "IyBwbGFuCg=="
+    (tmp_path / "a b.md").write_text("x")
+    for path, why in [("a b.md", "not a canonical filename"), ("none.md", "No such file")]:
+        with pytest.raises(UsageError, match=why):
+            spawn_request(parse("spawn", "w1", "--input", str(tmp_path / path)))
+
+
 def test_spawn_from_a_manifest_with_flags_over_it(tmp_path: Path) -> None:
     manifest = tmp_path / "worker.yaml"
     manifest.write_text(

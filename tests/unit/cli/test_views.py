@@ -55,8 +55,9 @@ def test_inspect_describes_the_worker_then_its_events() -> None:
         for i in (4, 5)
     ]
     text = inspection_text(inspection(worker(recentEvents=events, eventIndex=5), since=1), since=1)
-    assert "Phase:       Running\n" in text
-    assert "Queries:     1 (0 delivered)\n" in text
+    assert "Phase:        Running\n" in text
+    assert "Queries:      1 (0 delivered)\n" in text
+    assert "Kind:         static\n" in text
     assert "Events (after 1, next --since 5, 2 no longer kept):\n" in text
     assert text.splitlines()[-3].split() == ["INDEX", "KIND", "AGE", "SUMMARY"]
     assert text.splitlines()[-1].split()[:2] == ["5", "tool_call"]
@@ -135,7 +136,10 @@ def test_progress_off_a_terminal_is_one_line_per_change() -> None:
 def test_list_wide_adds_the_pod_the_revision_and_the_start() -> None:
     running = worker("Running", pod="w1", revision="planner-r1", startedAt="2030-01-01T00:00:00Z")
     narrow, wide = worker_rows([running]), worker_rows([running], wide=True)
-    assert narrow.split()[:7] == ["NAME", "PHASE", "AGENT", "PROFILE", "PARENT", "LAST", "EVENT"]
+    assert narrow.split()[:8] == [
+        "NAME", "PHASE", "KIND", "AGENT", "PROFILE", "PARENT", "LAST", "EVENT"
+    ]  # fmt: skip
+    assert narrow.splitlines()[1].split()[:3] == ["w1", "Running", "static"]
     assert "REVISION" not in narrow
     assert wide.splitlines()[0].split()[-3:] == ["POD", "REVISION", "STARTED"]
     assert wide.splitlines()[1].split()[-3:] == ["w1", "planner-r1", "2030-01-01T00:00:00Z"]

@@ -14,6 +14,7 @@ import pytest
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import admission, webhooks
 from agentworkers.controller.admission_server import answer
+from agentworkers.core.inputs import encode
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import (
     CONFIG,
@@ -76,6 +77,14 @@ def worker_cases(memory: Memory) -> dict[str, Case]:
             worker("w", allowedSecrets=["root"]), "SecretNotAllowed: spec.allowedSecrets"
         ),
         "an unknown parent": Case(worker("w", parent="ghost"), "UnknownWorker: spec.parent"),
+        "a dynamic run without a parent": Case(
+            worker("w", kind="dynamic"), "InvalidSpec: spec.kind: 'dynamic' needs spec.parent"
+        ),
+        "a static run with a parent": Case(
+            worker("w", parent="parent", kind="static"),
+            "InvalidSpec: spec.kind: 'static' with spec.parent 'parent'",
+        ),
+        "a child that says it is dynamic": Case(worker("w", parent="parent", kind="dynamic"), None),
         "a profile unknown to the parent's map": Case(
             worker("w", parent="parent", profile="nope"), "UnknownProfile: spec.profile"
         ),
@@ -120,7 +129,47 @@ def worker_cases(memory: Memory) -> dict[str, Case]:
         "reasoningAPI with provider anthropic": Case(
             worker("w", provider="anthropic", reasoningAPI="enabled"), None
         ),
+        # researcher: inputPatterns *.md, text/*; inputCount 4. translator: no inputs.
+        "inputs the profile allows": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md", "b.csv")),
+            None,
+        ),
+        "inputs past the profile's inputCount": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs(*NOTES[:5])),
+            "InputNotAllowed: spec.inputs: 5 inputs exceeds inputCount 4 of profile 'researcher'",
+        ),
+        "an input no inputPattern matches": Case(
+            worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md", "run.sh")),
+            "InputNotAllowed: spec.inputs[1].name: 'run.sh' (application/x-sh) matches no "
+            "inputPatterns of profile 'researcher' (*.md, text/*)",
+        ),
+        "an input to a profile that takes none": Case(
+            worker("w", parent="parent", profile="translator", inputs=_inputs("a.md")),
+            "InputNotAllowed: spec.inputs: 1 inputs exceeds inputCount 0 of profile 'translator'",
+        ),
+        "an input below a profile run is bounded by its profile": Case(
+            worker("w", parent="child", inputs=_inputs("a.md")),
+            "InputNotAllowed: spec.inputs: 1 inputs exceeds inputCount 0 of profile "
+            "'translator' (of child, which this run runs below)",
+        ),
+        "inputs to a run no profile bounds": Case(worker("w", inputs=_inputs(*NOTES[:16])), None),
+        "an input whose digest differs": Case(
+            worker("w", inputs=[{**_inputs("a.md")[0], "sha256": "0" * 64}]),
+            "InvalidInput: spec.inputs[0].sha256: the content's SHA-256 is",
+        ),
+        "inputs changed after creation": Case(
+            {**child, "spec": {**child["spec"], "inputs": _inputs("a.md")}},
+            "InvalidSpec: spec.inputs: is immutable",
+            old=child,
+        ),
     }
+
+
+NOTES = [f"note-{i}.md" for i in range(16)]
+
+
+def _inputs(*names: str) -> list[dict[str, Any]]:
+    return [encode(name, f"# {name}\n".encode()).wire() for name in names]
 
 
 def _review(memory: Memory, case: Case) -> list[str]:

@@ -23,6 +23,7 @@ from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, WorkerPod, WorkerT
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
 from agentworkers.controller.requeue import Later
+from agentworkers.core.inputs import encode
 from agentworkers.core.pods import DEFAULT_IMAGE, failure
 from agentworkers.errors import ApiError, describe
 from tests.unit.controller.memory import Memory
@@ -220,6 +221,41 @@ def _below_a_profile_run(memory: Memory) -> None:
     memory.put("workers", worker("w", parent="researcher"))
 
 
+def _kind_disagrees(memory: Memory) -> None:
+    """As admission (when it is off) would have refused: a child that says it is static."""
+    planner(memory)
+    started(memory, "parent")
+    memory.put("workers", worker("w", parent="parent", kind="static"))
+
+
+def _inputs(*names: str) -> list[dict[str, Any]]:
+    return [encode(name, b"text\n").wire() for name in names]
+
+
+def _inputs_past_the_profile(memory: Memory) -> None:
+    """As admission (when it is off) would have refused: researcher takes *.md, text/*."""
+    planner(memory)
+    started(memory, "parent")
+    memory.put(
+        "workers", worker("w", parent="parent", profile="researcher", inputs=_inputs("x.sh"))
+    )
+
+
+def _inputs_below_a_profile_run(memory: Memory) -> None:
+    """Bounded by the researcher run's profile, as its other bounds are."""
+    _below_a_profile_run(memory)
+    memory.objects[("workers", "ns", "w")]["spec"]["inputs"] = _inputs(*"abcde")
+
+
+def _inputs_within_the_profile(memory: Memory) -> None:
+    planner(memory)
+    started(memory, "parent")
+    memory.put(
+        "workers",
+        worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md", "b.txt")),
+    )
+
+
 def _runtime_failed(memory: Memory) -> None:
     planner(memory)
     started(memory, "w")
@@ -293,6 +329,28 @@ ROWS = {
         _stale_pin, "w", "Failed", "StaleProfilePin", pod=False, events=("StaleProfilePin",)
     ),
     "below a profile run": Row(_below_a_profile_run, "w", "Pending", "Running", pod=True),
+    "inputs no inputPattern of its profile matches": Row(
+        _inputs_past_the_profile,
+        "w",
+        "Failed",
+        "InputNotAllowed",
+        pod=False,
+        events=("InputNotAllowed",),
+    ),
+    "inputs past the inputCount of the profile run above": Row(
+        _inputs_below_a_profile_run,
+        "w",
+        "Failed",
+        "InputNotAllowed",
+        pod=False,
+        events=("InputNotAllowed",),
+    ),
+    "a kind that disagrees with its parent": Row(
+        _kind_disagrees, "w", "Failed", "InvalidSpec", pod=False, events=("InvalidSpec",)
+    ),
+    "inputs within its profile": Row(
+        _inputs_within_the_profile, "w", "Pending", "Running", pod=True
+    ),
 }
 
 

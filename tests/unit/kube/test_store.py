@@ -8,7 +8,12 @@ from agentworkers.kube.store import Store
 
 
 def worker(name: str, rv: str, parent: str | None = None, **status: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"agent": "planner", "queries": ["q" * 1000], "initialMessage": "hi"}
+    spec: dict[str, Any] = {
+        "agent": "planner",
+        "queries": ["q" * 1000],
+        "initialMessage": "hi",
+        "inputs": [{"name": "a.md", "sha256": "0" * 64, "content": "eA==" * 1000}],
+    }
     if parent:
         spec["parent"] = parent
     return {
@@ -40,7 +45,7 @@ def test_what_is_kept_is_what_a_reconcile_reads() -> None:
     store.wrote("workers", worker("a", "5"))
     kept = store.get("workers", "ns", "a")
     assert kept is not None
-    assert kept["spec"] == {"agent": "planner"}
+    assert kept["spec"] == {"agent": "planner", "inputs": [{"name": "a.md", "sha256": "0" * 64}]}
     assert kept["status"] == {"phase": "Running"}
     assert kept["metadata"]["annotations"] == {"agentworkers.io/binding": "{}"}
     assert "managedFields" not in kept["metadata"]

@@ -173,8 +173,10 @@ class FakeWorkerOps:
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
 
-    def spawn(self, name: str, message: str, profile: str | None) -> dict[str, Any]:
-        self.calls.append(("spawn", name, message, str(profile)))
+    def spawn(
+        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
+    ) -> dict[str, Any]:
+        self.calls.append(("spawn", name, message, str(profile), description, *inputs))
         return {"name": name, "phase": "Running"}
 
     def inspect(self, name: str, since: int) -> dict[str, Any]:
@@ -197,14 +199,17 @@ def test_planner_tools_call_worker_ops() -> None:
 
     assert box.call("spawn_worker", {"name": "c1", "message": "go", "profile": "reviewer"}).result
     assert box.call("spawn_worker", {"name": "c2", "message": "go"}).result
+    spawned = {"name": "c3", "message": "go", "inputs": ["a.md"], "description": "reads a.md"}
+    assert box.call("spawn_worker", spawned).result
     assert box.call("inspect_worker", {"name": "c1", "since": 3}).result
     assert box.call("collect_worker", {"name": "c1"}).result == {"name": "c1", "output": "done"}
     assert box.call("kill_worker", {"name": "c2", "reason": "enough"}).result
     assert box.call("collect_worker", {"name": "c1", "timeout": 10_000}).error is not None
     assert box.call("kill_worker", {"name": "c2", "reason": ""}).error is not None
     assert ops.calls == [
-        ("spawn", "c1", "go", "reviewer"),
-        ("spawn", "c2", "go", "None"),
+        ("spawn", "c1", "go", "reviewer", ""),
+        ("spawn", "c2", "go", "None", ""),
+        ("spawn", "c3", "go", "None", "reads a.md", "a.md"),
         ("inspect", "c1", "3"),
         ("collect", "c1", "60.0"),
         ("kill", "c2", "enough"),

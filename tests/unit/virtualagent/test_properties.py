@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agentworkers.virtualagent import (
+    INPUT_DISPOSITIONS,
     KEY_PATTERN,
     MAX_MAX_STEPS,
     MAX_MAX_TOKEN_BUDGET,
@@ -103,7 +104,7 @@ valid_profiles = st.builds(
     ),
     input_patterns=optional(st.lists(entries, max_size=5)),
     input_count=st.integers(0, 1000),
-    input_disposition=padded,
+    input_disposition=st.sampled_from(INPUT_DISPOSITIONS),
     output_schema=schemas,
 )
 
