@@ -53,13 +53,26 @@ def summary_conditions(
     stalled: bool = False,
     reconciling: bool = False,
 ) -> tuple[Condition, ...]:
-    """`Ready` with kstatus' `Stalled` and `Reconciling` beside it, all from one verdict.
-
-    kstatus (Flux's health checks, `kubectl wait`) reads Reconciling=True as in progress,
-    Stalled=True as failed (its message is what Flux reports), then Ready. Both are
-    written False when they do not hold, so a reader never sees a stale True.
-    """
+    """`Ready` with kstatus' `Stalled` and `Reconciling` beside it, all from one verdict."""
     conditions = set_condition(conditions, READY, ready, reason, message, generation)
+    return abnormal_conditions(
+        conditions, reason, message, generation, stalled=stalled, reconciling=reconciling
+    )
+
+
+def abnormal_conditions(
+    conditions: Sequence[Condition],
+    reason: str,
+    message: str,
+    generation: int | None,
+    *,
+    stalled: bool,
+    reconciling: bool,
+) -> tuple[Condition, ...]:
+    """kstatus' "abnormal-true" pair. kstatus (Flux's health checks, `kubectl wait`) reads
+    Reconciling=True as in progress, Stalled=True as failed (its message is what Flux
+    reports), then Ready. Both are written False when they do not hold, so a reader never
+    sees a stale True."""
     for type_, holds in ((STALLED, stalled), (RECONCILING, reconciling)):
         conditions = set_condition(
             conditions,
@@ -69,4 +82,4 @@ def summary_conditions(
             message if holds else "",
             generation,
         )
-    return conditions
+    return tuple(conditions)
