@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
-import kubernetes
 import pytest
 import yaml
 
 from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS
-from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, wait_until
+from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, SpecWatch, wait_until
 from tests.e2e.support import worker as _worker
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -116,54 +114,6 @@ def test_a_revert_re_activates_the_revision_and_its_bound_child_runs(
     # The parent froze revision 1, live again: a new profiled spawn is not stale either.
     cluster.apply(namespace, _worker("sibling", parent="parent", profile="reviewer"))
     _phase(cluster, namespace, "sibling", "Running")
-
-
-class SpecWatch:
-    """When each agentworkers object's spec change reached a watcher (as the operator
-    sees them): how far apart one apply puts a commit's objects."""
-
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
-        self.seen: list[tuple[float, str, str]] = []
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._watch, args=(cluster, namespace, plural), daemon=True)
-            for plural in ("agentconfigs", "virtualagentprofiles")
-        ]
-        self._generations: dict[str, int] = {}
-
-    def _watch(self, cluster: Cluster, namespace: str, plural: str) -> None:
-        api = kubernetes.client.CustomObjectsApi(cluster.api)
-        watch = kubernetes.watch.Watch()
-        for event in watch.stream(
-            api.list_namespaced_custom_object,
-            "agentworkers.io",
-            "v1alpha1",
-            namespace,
-            plural,
-            timeout_seconds=120,
-        ):
-            arrived = time.monotonic()
-            meta = event["object"]["metadata"]
-            key = f"{plural}/{meta['name']}"
-            if event["type"] == "DELETED" or self._generations.get(key) != meta["generation"]:
-                self._generations[key] = meta["generation"]
-                self.seen.append((arrived, key, event["type"]))
-            if self._stop.is_set():
-                watch.stop()
-
-    def __enter__(self) -> SpecWatch:
-        for thread in self._threads:
-            thread.start()
-        time.sleep(0.5)  # both watches listening
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-
-    def spread(self, since: float) -> tuple[float, int]:
-        """Seconds between the first and the last spec change after `since`, and how many."""
-        times = [t for t, _, _ in self.seen if t >= since]
-        return (max(times) - min(times), len(times)) if times else (0.0, 0)
 
 
 @pytest.fixture
