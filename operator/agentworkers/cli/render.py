@@ -298,9 +298,17 @@ def diff_text(found: ProfileDiff) -> str:
 
 def revisions_text(found: Sequence[RevisionInfo]) -> str:
     return table(
-        ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE"),
+        ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE", "APPLIED BY"),
         (
-            (r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created))
+            (
+                r.name,
+                r.revision,
+                short(r.digest),
+                r.profiles,
+                r.active,
+                age(r.created),
+                r.applied_by or "-",
+            )
             for r in found
         ),
     )

@@ -120,6 +120,8 @@ class RevisionInfo:
     created: str
     active: bool
     profiles: int
+    # The GitOps engine that applied it, where the engine marks its objects ("" if none).
+    applied_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from agentworkers.core.revisions import (
     RevisionPlan,
     SettleWindow,
     Standalone,
+    applied_by,
     effective_map,
     fingerprint,
     plan_revision,
@@ -233,7 +234,9 @@ def _accept(
     body = inputs.body
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     if plan.create is not None:
-        storage.create_revision(body, plan.create)
+        storage.create_revision(
+            body, plan.create, applied_by([body, *(item for item, _ in inputs.profiles)])
+        )
         metrics.REVISIONS_CREATED.inc()
         storage.post_event(
             body,

@@ -28,6 +28,11 @@ from agentworkers.api import (
     FrozenProfile,
     FrozenProfileMap,
 )
+from agentworkers.api.names import (
+    ARGOCD_TRACKING_ANNOTATION,
+    FLUX_NAME_LABEL,
+    FLUX_NAMESPACE_LABEL,
+)
 from agentworkers.api.profile import VirtualAgentProfileSpec
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.errors import AgentWorkersError, DuplicateKeyError, TooManyProfilesError
@@ -276,6 +281,21 @@ def pinned_by(agent: str, workers: Iterable[Mapping[str, Any]]) -> set[str]:
         if bound := (status.get("binding") or {}).get("revision"):
             pinned.add(revision_name(agent, int(bound)))
     return pinned
+
+
+def applied_by(objects: Iterable[Mapping[str, Any]]) -> str:
+    """The GitOps engines that applied an agent's inputs, as they mark the objects: Flux's
+    Kustomization labels, Argo CD's tracking annotation (`<app>:<group>/<kind>:<ns>/<name>`).
+    "" when none does (kubectl, a program)."""
+    found: set[str] = set()
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        if name := labels.get(FLUX_NAME_LABEL):
+            found.add(f"Flux Kustomization {labels.get(FLUX_NAMESPACE_LABEL, '')}/{name}")
+        elif tracking := annotations.get(ARGOCD_TRACKING_ANNOTATION):
+            found.add(f"Argo CD Application {tracking.split(':', 1)[0]}")
+    return ", ".join(sorted(found))
 
 
 Fingerprint = tuple[tuple[str, str, int], ...]

@@ -8,6 +8,7 @@ from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
 from agentworkers.core.revisions import (
     ExistingRevision,
     Standalone,
+    applied_by,
     digest,
     effective_map,
     kube_path,
@@ -217,3 +218,26 @@ def test_live_workers_pin_the_revision_they_froze_and_the_one_they_are_bound_to(
         {"spec": {"agent": "a"}},  # not started: pins nothing yet
     ]
     assert pinned_by("a", workers) == {"a-r1", "a-r2"}
+
+
+def test_applied_by_names_the_engine_as_it_marks_its_objects() -> None:
+    flux = {
+        "metadata": {
+            "labels": {
+                "kustomize.toolkit.fluxcd.io/name": "agents-staging",
+                "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+            }
+        }
+    }
+    argo = {
+        "metadata": {
+            "annotations": {
+                "argocd.argoproj.io/tracking-id": (
+                    "agents-staging:agentworkers.io/AgentConfig:agents-staging/planner"
+                )
+            }
+        }
+    }
+    assert applied_by([flux, flux]) == "Flux Kustomization flux-system/agents-staging"
+    assert applied_by([argo]) == "Argo CD Application agents-staging"
+    assert applied_by([{"metadata": {"labels": {"team": "search"}}}, {"metadata": {}}]) == ""

@@ -135,6 +135,10 @@ def test_a_revert_re_activates_the_revision_that_holds_the_content() -> None:
     assert active(memory) == first  # same id, same digest
     assert revisions(memory) == ["planner-r1", "planner-r2"]
     assert memory.reasons("planner")[-1] == "RevisionReactivated"
+    # Applied by hand: no engine to name on the revisions.
+    assert not (memory.find("agentconfigrevisions", "planner-r1") or {})["metadata"].get(
+        "annotations"
+    )
     profile = (memory.find("virtualagentprofiles", "planner-researcher") or {})["status"]
     assert profile["revision"] == "planner-r1"
 
@@ -204,3 +208,18 @@ def test_a_profile_left_out_of_the_map_is_stalled() -> None:
     assert status["Stalled"][:2] == ("True", "DuplicateKey")
     assert conditions(memory, "virtualagentprofiles", "planner-researcher")["Ready"][0] == "True"
     assert conditions(memory, "agentconfigs", "planner")["Ready"][0] == "True"
+
+
+def test_a_revision_names_the_flux_kustomization_that_applied_its_change() -> None:
+    memory = Memory()
+    config = copy.deepcopy(CONFIG)
+    config["metadata"]["labels"] = {
+        "kustomize.toolkit.fluxcd.io/name": "agents-staging",
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    }
+    put(memory, "agentconfigs", config)
+    configs.reconcile(memory, "ns", "planner")
+    revision = memory.find("agentconfigrevisions", "planner-r1") or {}
+    assert revision["metadata"]["annotations"] == {
+        "agentworkers.io/applied-by": "Flux Kustomization flux-system/agents-staging"
+    }
