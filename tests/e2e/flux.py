@@ -57,6 +57,9 @@ class Flux:
                 "--timeout=60s",
             )
         storage = free_port()
+        (
+            workdir / "artifacts"
+        ).mkdir()  # source-controller refuses a storage path that is not there
         env = {**cluster.env, "RUNTIME_NAMESPACE": "flux-system"}
         common = ["--watch-all-namespaces=true", "--log-level=info", "--concurrent=4"]
         commands = {

@@ -237,7 +237,7 @@ def test_a_bad_commit_fails_the_sync_with_the_admission_message(
     took = time.monotonic() - pushed
     assert "spec.overlay.providers" in ready["message"], ready
     assert took < 60, took
-    print(f"\nFlux: a bad commit failed the Kustomization {took:.1f} s after the push")
+    print(f"\nFlux: a bad commit failed the Kustomization {took:.1f} s after the push: {ready}")
     assert _get(cluster, "ac", "planner", namespace)["status"]["activeRevision"] == good
     after = {name: _get(cluster, "vap", name, namespace)["spec"] for name in before}
     assert after == before
