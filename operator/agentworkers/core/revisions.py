@@ -298,7 +298,7 @@ def applied_by(objects: Iterable[Mapping[str, Any]]) -> str:
     return ", ".join(sorted(found))
 
 
-Fingerprint = tuple[tuple[str, str, int], ...]
+Fingerprint = tuple[tuple[str, int], ...]
 
 
 def fingerprint(objects: Iterable[Mapping[str, Any]]) -> Fingerprint:
@@ -306,11 +306,7 @@ def fingerprint(objects: Iterable[Mapping[str, Any]]) -> Fingerprint:
     uid and generation (which moves with the spec, not with status or labels)."""
     return tuple(
         sorted(
-            (
-                str(o.get("kind", "")),
-                str(o["metadata"].get("uid", "")),
-                int(o["metadata"].get("generation") or 0),
-            )
+            (str(o["metadata"].get("uid", "")), int(o["metadata"].get("generation") or 0))
             for o in objects
         )
     )
