@@ -26,10 +26,11 @@ test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local 
 
 # The Go-built tools and the image, cached: built up front so that a cold build (minutes)
 # is not charged to the first test that needs it.
-tools: ## build the Go-built tools (control plane, kwok, helm, krew) and, as root, the image
+tools: ## build the Go-built tools (control plane, kwok, helm, krew, Flux) and, as root, the image
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 	bash hack/build-krew.sh >/dev/null
+	bash hack/build-flux.sh >/dev/null
 	@if [ "$$(id -u)" = 0 ]; then $(PYTHON) hack/image.py >/dev/null; \
 	else echo "tools: not root, so no image (hack/image.py needs debootstrap and chroot)"; fi
 

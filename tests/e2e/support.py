@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -425,3 +426,51 @@ def is_local(ip: str) -> bool:
         ["ip", "-o", "route", "get", ip], check=False, capture_output=True, text=True
     )
     return ipaddress.ip_address(ip).is_loopback or route.stdout.startswith("local ")
+
+
+class SpecWatch:
+    """When each agentworkers object's spec change reached a watcher (as the operator
+    sees them): how far apart one apply puts a commit's objects."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.seen: list[tuple[float, str, str]] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch, args=(cluster, namespace, plural), daemon=True)
+            for plural in ("agentconfigs", "virtualagentprofiles")
+        ]
+        self._generations: dict[str, int] = {}
+
+    def _watch(self, cluster: Cluster, namespace: str, plural: str) -> None:
+        api = kubernetes.client.CustomObjectsApi(cluster.api)
+        watch = kubernetes.watch.Watch()
+        for event in watch.stream(
+            api.list_namespaced_custom_object,
+            "agentworkers.io",
+            "v1alpha1",
+            namespace,
+            plural,
+            timeout_seconds=120,
+        ):
+            arrived = time.monotonic()
+            meta = event["object"]["metadata"]
+            key = f"{plural}/{meta['name']}"
+            if event["type"] == "DELETED" or self._generations.get(key) != meta["generation"]:
+                self._generations[key] = meta["generation"]
+                self.seen.append((arrived, key, event["type"]))
+            if self._stop.is_set():
+                watch.stop()
+
+    def __enter__(self) -> SpecWatch:
+        for thread in self._threads:
+            thread.start()
+        time.sleep(0.5)  # both watches listening
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def spread(self, since: float) -> tuple[float, int]:
+        """Seconds between the first and the last spec change after `since`, and how many."""
+        times = [t for t, _, _ in self.seen if t >= since]
+        return (max(times) - min(times), len(times)) if times else (0.0, 0)

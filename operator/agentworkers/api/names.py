@@ -28,6 +28,13 @@ BINDING_ANNOTATION: Final = f"{GROUP}/binding"
 FROZEN_ANNOTATION: Final = f"{GROUP}/frozen-revision"
 # On a Worker: set by collect before it deletes the Worker, so the deletion is not a kill.
 COLLECTED_ANNOTATION: Final = f"{GROUP}/collected"
+# On an AgentConfigRevision: the GitOps engine that applied the change it holds, where the
+# engine marks what it applies (a Flux Kustomization, an Argo CD Application).
+APPLIED_BY_ANNOTATION: Final = f"{GROUP}/applied-by"
+# What the engines write on the objects they apply (read, never written, by the operator).
+FLUX_NAME_LABEL: Final = "kustomize.toolkit.fluxcd.io/name"
+FLUX_NAMESPACE_LABEL: Final = "kustomize.toolkit.fluxcd.io/namespace"
+ARGOCD_TRACKING_ANNOTATION: Final = "argocd.argoproj.io/tracking-id"
 
 # --- finalizers and identities -------------------------------------------------------
 

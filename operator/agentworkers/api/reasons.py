@@ -26,6 +26,11 @@ MCP_SERVERS_READY: Final = "McpServersReady"
 REVISION_CURRENT: Final = "RevisionCurrent"
 # VirtualAgentProfile: whether the profile is in its agent's active revision.
 ACCEPTED: Final = "Accepted"
+# AgentConfig and VirtualAgentProfile, kstatus' "abnormal-true" pair, which Flux and
+# `kubectl wait` read: Stalled=True, refused until the spec changes (the reason and message
+# of the refusal); Reconciling=True, the operator is still working towards the spec.
+STALLED: Final = "Stalled"
+RECONCILING: Final = "Reconciling"
 
 # --- Worker reasons ------------------------------------------------------------------
 
@@ -74,5 +79,12 @@ TOKEN_QUOTA_NEEDS_BUDGET: Final = "TokenQuotaNeedsBudget"  # under a quota, a ru
 REVISION_ACTIVE: Final = "RevisionActive"  # Ready=True
 UP_TO_DATE: Final = "UpToDate"  # RevisionCurrent=True
 REVISION_CREATED: Final = "RevisionCreated"  # Event: a new revision was cut
+# Event: content a kept revision holds came back (a revert): that revision is active again.
+REVISION_REACTIVATED: Final = "RevisionReactivated"
 INCLUDED: Final = "Included"  # Accepted=True
 OVERRIDDEN: Final = "Overridden"  # Accepted=False: the AgentConfig's own section wins the key
+# Reconciling=True: a change to the agent's inputs waits for the rest of its change set
+# (the settle window) before it is cut into a revision.
+SETTLING: Final = "Settling"
+# A profile whose agent's AgentConfig does not exist (yet) reuses AGENT_CONFIG_MISSING:
+# Accepted=False, not Stalled (it joins the map once the config comes).

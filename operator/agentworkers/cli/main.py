@@ -87,6 +87,7 @@ def _operator(args: argparse.Namespace) -> int:
         shards=args.shards,
         shard_index=_shard_index(args.shard_index),
         lease_namespace=args.lease_namespace or _own_namespace(),
+        **({} if args.settle_seconds is None else {"settle_seconds": max(args.settle_seconds, 0)}),
     )
     # JSON lines carry the object (kind, name, namespace) under "object": one line, one worker.
     kopf.configure(
@@ -210,6 +211,13 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
     op.add_argument(
         "--lease-namespace",
         help="where the shards' Leases live; default: the operator's own namespace",
+    )
+    op.add_argument(
+        "--settle-seconds",
+        type=float,
+        help="a change to an agent's config or profiles is cut into a revision once they "
+        "have kept still this long: one sync, one revision (default 2; docs/gitops.md); "
+        "0: at once",
     )
     op.add_argument(
         "--role",

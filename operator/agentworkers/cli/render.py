@@ -354,11 +354,12 @@ def diff_text(found: ProfileDiff) -> str:
 
 def revisions_text(found: Sequence[RevisionInfo], namespaces: bool = False) -> str:
     return table(
-        led(namespaces, ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE")),
+        led(namespaces, ("NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE", "APPLIED BY")),
         (
             (
                 *((r.namespace,) if namespaces else ()),
                 *(r.name, r.revision, short(r.digest), r.profiles, r.active, age(r.created)),
+                r.applied_by or "-",
             )
             for r in found
         ),

@@ -13,7 +13,7 @@ from agentworkers.api import (
     FrozenProfile,
 )
 from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
-from agentworkers.api.names import AGENT_LABEL, BINDING_ANNOTATION
+from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION, BINDING_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
@@ -309,6 +309,7 @@ class ConfigReads(Reads):
             active=name == active,
             profiles=len(spec.profile_map.profiles),
             namespace=body["metadata"].get("namespace", ""),
+            applied_by=(body["metadata"].get("annotations") or {}).get(APPLIED_BY_ANNOTATION, ""),
         )
 
     def revisions(

@@ -184,6 +184,8 @@ class RevisionInfo:
     active: bool
     profiles: int
     namespace: str = ""
+    # The GitOps engine that applied it, where the engine marks its objects ("" if none).
+    applied_by: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ process (operator replicas are active/standby through kopf peering).
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +20,17 @@ from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentPro
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.profile import VirtualAgentProfileStatus
 from agentworkers.controller import metrics
-from agentworkers.core.conditions import Status, set_condition
+from agentworkers.controller.requeue import Later
+from agentworkers.core.conditions import Status, set_condition, summary_conditions, truncate
 from agentworkers.core.revisions import (
     EffectiveMap,
+    Fingerprint,
+    RevisionPlan,
+    SettleWindow,
     Standalone,
+    applied_by,
     effective_map,
+    fingerprint,
     plan_revision,
     standalone_source,
 )
@@ -42,18 +50,21 @@ class Inputs:
     profiles: list[tuple[dict[str, Any], Standalone]]
 
 
-def read_inputs(storage: Repository, namespace: str, name: str) -> Inputs | None:
-    body = storage.get("agentconfigs", namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
+def live_profiles(storage: Repository, namespace: str, agent: str) -> list[dict[str, Any]]:
+    return [
+        item
+        for item in storage.of_agent("virtualagentprofiles", namespace, agent)
+        if not item["metadata"].get("deletionTimestamp")
+    ]
+
+
+def read_inputs(body: dict[str, Any], profile_bodies: list[dict[str, Any]]) -> Inputs:
     try:
         spec = AgentConfigSpec.model_validate(body.get("spec") or {})
     except ValidationError as e:
         raise describe(e) from e
     profiles = []
-    for item in storage.of_agent("virtualagentprofiles", namespace, name):
-        if item["metadata"].get("deletionTimestamp"):
-            continue
+    for item in profile_bodies:
         try:
             profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])
         except ValidationError as e:
@@ -65,22 +76,98 @@ def read_inputs(storage: Repository, namespace: str, name: str) -> Inputs | None
     return Inputs(body, spec, profiles)
 
 
-def reconcile(storage: Repository, namespace: str, name: str) -> None:
+def reconcile(
+    storage: Repository,
+    namespace: str,
+    name: str,
+    settle: SettleWindow | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
     """Bring the AgentConfig's revisions and statuses in line with its inputs (one pass at
-    a time per AgentConfig: its `Requeue` sees to that)."""
+    a time per AgentConfig: its `Requeue` sees to that). With a `settle` window, a change
+    is cut (or refused) only once the agent's inputs have kept still for it: one change
+    set, one revision."""
+    key = (namespace, name)
     with metrics.RECONCILE_SECONDS.time():
         body = storage.get("agentconfigs", namespace, name)
-        if body is None:
+        profile_bodies = live_profiles(storage, namespace, name)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            _agent_missing(storage, name, profile_bodies)
+            if settle is not None:
+                settle.settled(key)
             return
+        inputs_now = fingerprint([body, *profile_bodies])
+        status = _status(body)
         try:
-            inputs = read_inputs(storage, namespace, name)
-            if inputs is None:
-                return
+            inputs = read_inputs(body, profile_bodies)
             effective = effective_map(name, inputs.spec, (s for _, s in inputs.profiles))
         except REFUSALS as error:
-            _refuse(storage, body, error)
-            return
-        _accept(storage, inputs, effective)
+            if not _reported(status, error):
+                _settle(storage, settle, body, status, inputs_now, clock())
+            _refuse(storage, body, status, error)
+        else:
+            plan = plan_revision(
+                name,
+                inputs.spec,
+                effective,
+                storage.revisions(namespace, name),
+                status.active_revision.name if status.active_revision else None,
+                storage.pinned_revisions(namespace, name),
+            )
+            if status.active_revision is None or plan.active.name != status.active_revision.name:
+                _settle(storage, settle, body, status, inputs_now, clock())
+            _accept(storage, inputs, effective, plan, status)
+        if settle is not None:
+            settle.settled(key)
+
+
+def _settle(
+    storage: Repository,
+    settle: SettleWindow | None,
+    body: dict[str, Any],
+    status: AgentConfigStatus,
+    inputs: Fingerprint,
+    now: float,
+) -> None:
+    """Hold a change until its agent's inputs have kept still for the window: say so
+    (Reconciling=True) and come back when the window ends."""
+    if settle is None:
+        return
+    meta = body["metadata"]
+    remaining = settle.remaining((meta["namespace"], meta["name"]), inputs, now)
+    if remaining <= 0:
+        return
+    active = status.active_revision
+    message = (
+        f"a change waits until the agent's inputs keep still for {settle.seconds:g} s "
+        "(the rest of its change set), then it is cut into one revision; "
+        + (f"revision {active.revision} stays active" if active else "no revision yet")
+    )
+    generation = meta.get("generation")
+    conditions = summary_conditions(
+        status.conditions, "False", reasons.SETTLING, message, generation, reconciling=True
+    )
+    updated = status.model_copy(
+        update={"conditions": conditions, "observed_generation": generation}
+    )
+    if updated != status:
+        storage.patch_status("agentconfigs", meta["namespace"], meta["name"], updated.wire())
+    raise Later(remaining)
+
+
+def _agent_missing(storage: Repository, agent: str, profiles: list[dict[str, Any]]) -> None:
+    """Profiles of an agent with no AgentConfig (yet) say so: valid, waiting for it (a sync
+    may apply them first; Argo CD's waves go on, since they are not at fault)."""
+    for item in profiles:
+        _set_profile_status(
+            storage,
+            item,
+            "False",
+            reasons.AGENT_CONFIG_MISSING,
+            f"AgentConfig {agent!r} does not exist (yet); the profile joins its map once it does",
+            None,
+            None,
+        )
 
 
 def _status(body: dict[str, Any]) -> AgentConfigStatus:
@@ -90,14 +177,30 @@ def _status(body: dict[str, Any]) -> AgentConfigStatus:
         return AgentConfigStatus()  # a status we cannot read is recomputed
 
 
-def _refuse(storage: Repository, body: dict[str, Any], error: Refusal) -> None:
-    """Invalid input never becomes a revision: say why, keep the last good one active."""
+def refusal_message(error: Refusal) -> str:
+    return f"{error}; the last good revision stays active"
+
+
+def _reported(status: AgentConfigStatus, error: Refusal) -> bool:
+    """Does the status say this refusal already (nothing is pending, nothing to hold)?"""
+    stalled = next((c for c in status.conditions if c.type == reasons.STALLED), None)
+    return (
+        stalled is not None
+        and stalled.status == "True"
+        and (stalled.reason, stalled.message) == (error.reason, truncate(refusal_message(error)))
+    )
+
+
+def _refuse(
+    storage: Repository, body: dict[str, Any], status: AgentConfigStatus, error: Refusal
+) -> None:
+    """Invalid input never becomes a revision: say why (Stalled=True, which Flux reports
+    as a failure at once), keep the last good one active."""
     metrics.CONFIG_REFUSALS.labels(reason=error.reason, stage="handler").inc()
-    status = _status(body)
     generation = body["metadata"].get("generation")
-    message = f"{error}; the last good revision stays active"
-    conditions = set_condition(
-        status.conditions, reasons.READY, "False", error.reason, message, generation
+    message = refusal_message(error)
+    conditions = summary_conditions(
+        status.conditions, "False", error.reason, message, generation, stalled=True
     )
     conditions = set_condition(
         conditions, reasons.REVISION_CURRENT, "False", error.reason, message, generation
@@ -107,9 +210,9 @@ def _refuse(storage: Repository, body: dict[str, Any], error: Refusal) -> None:
     )
     if updated != status:
         storage.post_event(body, "Warning", error.reason, str(error))
-    storage.patch_status(
-        "agentconfigs", body["metadata"]["namespace"], body["metadata"]["name"], updated.wire()
-    )
+        storage.patch_status(
+            "agentconfigs", body["metadata"]["namespace"], body["metadata"]["name"], updated.wire()
+        )
     # The profile at fault hears about it too.
     culprit = str(error.field).split(":", 1)[0]
     prefix = standalone_source("")
@@ -118,25 +221,22 @@ def _refuse(storage: Repository, body: dict[str, Any], error: Refusal) -> None:
             "virtualagentprofiles", body["metadata"]["namespace"], culprit[len(prefix) :]
         )
         if profile is not None:
-            _set_profile_status(
-                storage, profile, "False", error.reason, str(error), None, None, warn=True
-            )
+            _set_profile_status(storage, profile, "False", error.reason, str(error), None, None)
 
 
-def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> None:
-    body, spec = inputs.body, inputs.spec
+def _accept(
+    storage: Repository,
+    inputs: Inputs,
+    effective: EffectiveMap,
+    plan: RevisionPlan,
+    status: AgentConfigStatus,
+) -> None:
+    body = inputs.body
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    status = _status(body)
-    plan = plan_revision(
-        name,
-        spec,
-        effective,
-        storage.revisions(namespace, name),
-        status.active_revision.name if status.active_revision else None,
-        storage.pinned_revisions(namespace, name),
-    )
     if plan.create is not None:
-        storage.create_revision(body, plan.create)
+        storage.create_revision(
+            body, plan.create, applied_by([body, *(item for item, _ in inputs.profiles)])
+        )
         metrics.REVISIONS_CREATED.inc()
         storage.post_event(
             body,
@@ -146,6 +246,14 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
             f"digest {plan.active.digest[:12]}) "
             f"with {len(effective.profile_map.profiles)} profile(s)",
         )
+    elif status.active_revision is not None and plan.active.name != status.active_revision.name:
+        storage.post_event(
+            body,
+            "Normal",
+            reasons.REVISION_REACTIVATED,
+            f"revision {plan.active.revision} ({plan.active.name}, "
+            f"digest {plan.active.digest[:12]}) is active again: it holds this content",
+        )
     generation = body["metadata"].get("generation")
     active = RevisionRef(
         name=plan.active.name, revision=plan.active.revision, digest=plan.active.digest
@@ -154,8 +262,8 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
     if effective.excluded:
         left_out = ", ".join(f"{n} ({e.reason})" for n, e in sorted(effective.excluded.items()))
         message += f"; left out of its map: {left_out}"
-    conditions = set_condition(
-        status.conditions, reasons.READY, "True", reasons.REVISION_ACTIVE, message, generation
+    conditions = summary_conditions(
+        status.conditions, "True", reasons.REVISION_ACTIVE, message, generation
     )
     conditions = set_condition(
         conditions, reasons.REVISION_CURRENT, "True", reasons.UP_TO_DATE, message, generation
@@ -176,9 +284,7 @@ def _accept(storage: Repository, inputs: Inputs, effective: EffectiveMap) -> Non
         key = standalone.spec.key
         refusal = effective.excluded.get(standalone.name)
         if refusal is not None:
-            _set_profile_status(
-                storage, item, "False", refusal.reason, str(refusal), None, None, warn=True
-            )
+            _set_profile_status(storage, item, "False", refusal.reason, str(refusal), None, None)
         elif standalone.name in effective.overridden:
             _set_profile_status(
                 storage,
@@ -209,15 +315,23 @@ def _set_profile_status(
     message: str,
     profile_hash: str | None,
     revision: str | None,
-    warn: bool = False,
 ) -> None:
+    """Accepted says whether the profile is in the active map; Ready/Stalled what a GitOps
+    engine should make of it: in the map, or shadowed by the section (Ready); waiting for
+    its AgentConfig (not Ready, not stalled: it joins once the config comes); refused or
+    left out (Stalled, with a Warning Event: it needs a change in git)."""
     try:
         status = VirtualAgentProfileStatus.model_validate(body.get("status") or {})
     except ValidationError:
         status = VirtualAgentProfileStatus()
     generation = body["metadata"].get("generation")
+    ready = accepted == "True" or reason == reasons.OVERRIDDEN
+    stalled = not ready and reason != reasons.AGENT_CONFIG_MISSING
     conditions = set_condition(
         status.conditions, reasons.ACCEPTED, accepted, reason, message, generation
+    )
+    conditions = summary_conditions(
+        conditions, "True" if ready else "False", reason, message, generation, stalled=stalled
     )
     updated = VirtualAgentProfileStatus(
         observed_generation=generation,
@@ -227,7 +341,7 @@ def _set_profile_status(
     )
     if updated == status:
         return
-    if warn:
+    if stalled:
         storage.post_event(body, "Warning", reason, message)
     storage.patch_status(
         "virtualagentprofiles",

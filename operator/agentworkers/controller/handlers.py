@@ -39,6 +39,7 @@ from agentworkers.controller.startup import (
     register_store,
     store_indexer,
 )
+from agentworkers.core.revisions import SettleWindow
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
 
@@ -76,8 +77,12 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
         threads=options.workers,
     )
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
+    settle = SettleWindow(options.settle_seconds) if options.settle_seconds > 0 else None
     memo.configs = Requeue(
-        "AgentConfig", "agentconfig", _if_mine(memo, configs.reconcile), threads=2
+        "AgentConfig",
+        "agentconfig",
+        _if_mine(memo, partial(configs.reconcile, settle=settle)),
+        threads=2,
     )
     memo.sharding_stop = threading.Event()
     if options.shards > 1:

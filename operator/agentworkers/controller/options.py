@@ -11,6 +11,7 @@ from typing import Any
 from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.controller.admission_server import Check, ThreadedWebhookServer
 from agentworkers.controller.tls import self_signed
+from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Options:
     shards: int = 1
     shard_index: int = 0
     lease_namespace: str = "default"
+    # How long an agent's inputs keep still before a change is cut (core.revisions.SettleWindow).
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
 
     def webhook_server(
         self, checks: Mapping[str, Check], ready: Callable[[], bool] = lambda: True

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from agentworkers.api import reasons
 from agentworkers.api.worker import RUNTIME_STATUS, WorkerSpec, WorkerStatus
-from agentworkers.core.conditions import Status, now, set_condition
+from agentworkers.core.conditions import Status, abnormal_conditions, now, set_condition
 from agentworkers.errors import describe
 from agentworkers.kube.repository import Repository
 
@@ -82,7 +82,9 @@ class Worker:
         Then the Events the pass announced.
         """
         before = self.body.get("status") or {}
-        status = self.status.model_copy(update={"observed_generation": self.generation})
+        status = with_kstatus(self.status).model_copy(
+            update={"observed_generation": self.generation}
+        )
         new, old = comparable(status.wire()), comparable(before)
         if new != old:
             self._write(storage, status, new, old)
@@ -114,6 +116,24 @@ def load(body: dict[str, Any]) -> Worker:
     except ValidationError as e:
         raise describe(e) from e
     return Worker(body, spec, status)
+
+
+def with_kstatus(status: WorkerStatus) -> WorkerStatus:
+    """Stalled=True once the run Failed (what Flux or `kubectl wait` report), Reconciling=True
+    while it is on its way to a pod (Pending), from the Ready condition's reason."""
+    ready = next((c for c in status.conditions if c.type == reasons.READY), None)
+    if ready is None:
+        return status
+    failed = status.phase == "Failed"
+    conditions = abnormal_conditions(
+        status.conditions,
+        ready.reason,
+        (status.error or ready.message) if failed else ready.message,
+        ready.observed_generation,
+        stalled=failed,
+        reconciling=status.phase in (None, "Pending"),
+    )
+    return status.model_copy(update={"conditions": conditions})
 
 
 def comparable(status: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from agentworkers.api.common import MAX_CONDITION_MESSAGE, Condition
+from agentworkers.api.reasons import READY, RECONCILING, STALLED
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -40,3 +41,45 @@ def set_condition(
         last_transition_time=previous.last_transition_time if keep and previous else (at or now()),
     )
     return (*(c for c in conditions if c.type != type_), updated)
+
+
+def summary_conditions(
+    conditions: Sequence[Condition],
+    ready: Status,
+    reason: str,
+    message: str,
+    generation: int | None,
+    *,
+    stalled: bool = False,
+    reconciling: bool = False,
+) -> tuple[Condition, ...]:
+    """`Ready` with kstatus' `Stalled` and `Reconciling` beside it, all from one verdict."""
+    conditions = set_condition(conditions, READY, ready, reason, message, generation)
+    return abnormal_conditions(
+        conditions, reason, message, generation, stalled=stalled, reconciling=reconciling
+    )
+
+
+def abnormal_conditions(
+    conditions: Sequence[Condition],
+    reason: str,
+    message: str,
+    generation: int | None,
+    *,
+    stalled: bool,
+    reconciling: bool,
+) -> tuple[Condition, ...]:
+    """kstatus' "abnormal-true" pair. kstatus (Flux's health checks, `kubectl wait`) reads
+    Reconciling=True as in progress, Stalled=True as failed (its message is what Flux
+    reports), then Ready. Both are written False when they do not hold, so a reader never
+    sees a stale True."""
+    for type_, holds in ((STALLED, stalled), (RECONCILING, reconciling)):
+        conditions = set_condition(
+            conditions,
+            type_,
+            "True" if holds else "False",
+            reason,
+            message if holds else "",
+            generation,
+        )
+    return tuple(conditions)

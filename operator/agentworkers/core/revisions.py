@@ -15,6 +15,7 @@ comes after the map is full, is left out and told why, and the agent keeps going
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,11 @@ from agentworkers.api import (
     AgentConfigSpec,
     FrozenProfile,
     FrozenProfileMap,
+)
+from agentworkers.api.names import (
+    ARGOCD_TRACKING_ANNOTATION,
+    FLUX_NAME_LABEL,
+    FLUX_NAMESPACE_LABEL,
 )
 from agentworkers.api.profile import VirtualAgentProfileSpec
 from agentworkers.api.worker import TERMINAL_PHASES
@@ -214,23 +220,26 @@ def plan_revision(
 ) -> RevisionPlan:
     """Decide the next revision.
 
-    Content equal to the active revision's changes nothing (a re-apply, an operator
-    restart). Otherwise the next id is one past the highest ever kept, so ids only grow:
-    going back to earlier content is a new revision, like a revert commit. A revision
-    created before a crash, but not yet made active, is adopted rather than duplicated.
+    The history mirrors git's: content that a kept revision already holds re-activates
+    that revision (same id, same digest), so a revert brings back the exact revision and
+    the children bound to it start again. Content equal to the active revision's changes
+    nothing (a re-apply, an operator restart); a revision a crashed pass made but never
+    made active is adopted the same way. New content gets the next id, one past the
+    highest ever kept, so ids only grow.
     """
     frozen = effective.frozen()
     content_digest = digest(spec, frozen)
     by_name = {r.name: r for r in existing}
-    newest = max(existing, key=lambda r: r.revision, default=None)
-    current = by_name.get(active_name or "") or newest
+    current = by_name.get(active_name or "")
+    same = [r for r in existing if r.digest == content_digest]
     create: AgentConfigRevisionSpec | None = None
     if current is not None and current.digest == content_digest:
         active = current
-    elif newest is not None and newest.digest == content_digest:
-        active = newest  # made on a pass that crashed before it wrote status
+    elif same:
+        active = max(same, key=lambda r: r.revision)  # older histories may hold it twice
     else:
-        number = (newest.revision if newest else 0) + 1
+        newest = max((r.revision for r in existing), default=0)
+        number = newest + 1
         create = AgentConfigRevisionSpec(
             agent=agent, revision=number, digest=content_digest, config=spec, profile_map=frozen
         )
@@ -247,8 +256,11 @@ def plan_revision(
 def prunable(
     existing: Sequence[ExistingRevision], keep: int, active: str, pinned: Iterable[str]
 ) -> tuple[str, ...]:
-    """Old revisions past the history limit, never the active one nor one a Worker pins."""
-    protected = {active, *pinned}
+    """Old revisions past the history limit, never the active one nor one a Worker pins,
+    nor the newest: a revert can make an older revision active, and the newest one left
+    keeps the next id past every id ever cut (ids never repeat)."""
+    newest = max(existing, key=lambda r: r.revision, default=None)
+    protected = {active, *pinned, *([newest.name] if newest else [])}
     history = sorted(
         (r for r in existing if r.name != active), key=lambda r: r.revision, reverse=True
     )
@@ -269,6 +281,70 @@ def pinned_by(agent: str, workers: Iterable[Mapping[str, Any]]) -> set[str]:
         if bound := (status.get("binding") or {}).get("revision"):
             pinned.add(revision_name(agent, int(bound)))
     return pinned
+
+
+def applied_by(objects: Iterable[Mapping[str, Any]]) -> str:
+    """The GitOps engines that applied an agent's inputs, as they mark the objects: Flux's
+    Kustomization labels, Argo CD's tracking annotation (`<app>:<group>/<kind>:<ns>/<name>`).
+    "" when none does (kubectl, a program)."""
+    found: set[str] = set()
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        if name := labels.get(FLUX_NAME_LABEL):
+            found.add(f"Flux Kustomization {labels.get(FLUX_NAMESPACE_LABEL, '')}/{name}")
+        elif tracking := annotations.get(ARGOCD_TRACKING_ANNOTATION):
+            found.add(f"Argo CD Application {tracking.split(':', 1)[0]}")
+    return ", ".join(sorted(found))
+
+
+Fingerprint = tuple[tuple[str, int], ...]
+
+
+def fingerprint(objects: Iterable[Mapping[str, Any]]) -> Fingerprint:
+    """What an agent's inputs are, as the API server counts their changes: each object's
+    uid and generation (which moves with the spec, not with status or labels)."""
+    return tuple(
+        sorted(
+            (str(o["metadata"].get("uid", "")), int(o["metadata"].get("generation") or 0))
+            for o in objects
+        )
+    )
+
+
+# Measured in docs/gitops.md: one sync applies a commit's objects well within it.
+DEFAULT_SETTLE_SECONDS = 2.0
+
+
+class SettleWindow:
+    """One change set, one revision: a change waits `seconds` after the last change to any
+    of its agent's inputs (the AgentConfig and its profiles) before it is cut.
+
+    A sync applies one commit's objects one by one, a few milliseconds apart; an agent
+    whose inputs keep still for the window has had its whole change applied. `remaining`
+    is asked only while a pass has something to cut (or refuse), `settled` once it has
+    nothing left, so an unchanged agent never waits (an operator restart costs nothing).
+    Safe across threads; the clock is the caller's (monotonic seconds).
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._lock = threading.Lock()
+        self._since: dict[tuple[str, str], tuple[Fingerprint, float]] = {}
+
+    def remaining(self, key: tuple[str, str], inputs: Fingerprint, now: float) -> float:
+        """Seconds the change must still wait: the window, counted from the first pass
+        that saw these exact inputs."""
+        with self._lock:
+            seen = self._since.get(key)
+            if seen is None or seen[0] != inputs:
+                self._since[key] = seen = (inputs, now)
+            return max(seen[1] + self.seconds - now, 0.0)
+
+    def settled(self, key: tuple[str, str]) -> None:
+        """The agent has nothing pending (cut, or nothing to cut): forget it."""
+        with self._lock:
+            self._since.pop(key, None)
 
 
 def frozen_map(

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
-from agentworkers.api.names import AGENT_LABEL
+from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
@@ -62,7 +62,9 @@ class Repository(Protocol):
         resource_version: str | None = None,
     ) -> str | None: ...
     def revisions(self, namespace: str, agent: str) -> list[ExistingRevision]: ...
-    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision: ...
+    def create_revision(
+        self, config: Body, spec: AgentConfigRevisionSpec, applied_by: str = ""
+    ) -> ExistingRevision: ...
     def delete_revision(self, namespace: str, name: str) -> None: ...
     def pinned_revisions(self, namespace: str, agent: str) -> set[str]: ...
     def post_event(self, body: Body, type_: str, reason: str, message: str) -> None: ...
@@ -201,7 +203,9 @@ class Storage:
             for r in self.of_agent("agentconfigrevisions", namespace, agent)
         ]
 
-    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
+    def create_revision(
+        self, config: Body, spec: AgentConfigRevisionSpec, applied_by: str = ""
+    ) -> ExistingRevision:
         """Create the revision, or adopt the one a crashed earlier pass made with this content."""
         namespace = config["metadata"]["namespace"]
         name = revision_name(spec.agent, spec.revision)
@@ -212,6 +216,7 @@ class Storage:
                 "name": name,
                 "labels": {AGENT_LABEL: spec.agent},
                 "ownerReferences": [ref(config)],
+                **({"annotations": {APPLIED_BY_ANNOTATION: applied_by}} if applied_by else {}),
             },
             "spec": spec.wire(),
         }

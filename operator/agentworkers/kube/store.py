@@ -35,7 +35,13 @@ Key = tuple[str, str]  # (namespace, name)
 # The annotations the operator reads; kubectl's last-applied copy of a spec and the like
 # are dropped.
 KEPT_ANNOTATIONS = frozenset(
-    {"agentworkers.io/binding", "agentworkers.io/collected", "agentworkers.io/frozen-revision"}
+    {
+        "agentworkers.io/binding",
+        "agentworkers.io/collected",
+        "agentworkers.io/frozen-revision",
+        # Argo CD's mark on what it applied: which Application a revision came from.
+        "argocd.argoproj.io/tracking-id",
+    }
 )
 _META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
          "deletionTimestamp", "labels", "ownerReferences")  # fmt: skip

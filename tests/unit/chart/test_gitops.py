@@ -1,9 +1,11 @@
-"""GitOps: the Argo CD health checks (run in a real Lua runtime when lupa is installed),
-kept the same in docs/gitops.md, health/*.lua and the argocd-cm patch; the kustomize
-layout renders."""
+"""GitOps: the Argo CD health checks, run in a real Lua runtime (lupa) over their
+health_test.yaml fixtures and over the states a first install goes through; kept the same
+in docs/gitops.md, resource_customizations/ and the argocd-cm patch; the kustomize layout
+renders."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,20 +18,22 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[3]
 GITOPS = REPO / "examples" / "gitops"
-HEALTH = GITOPS / "argocd" / "health"
+# Argo CD's own layout (argoproj/argo-cd resource_customizations/<group>/<kind>/): each
+# check with its health_test.yaml and testdata/, ready to propose upstream.
+CUSTOMIZATIONS = GITOPS / "argocd" / "resource_customizations" / "agentworkers.io"
 DOC = REPO / "docs" / "gitops.md"
-KINDS = {
-    "Worker": "worker.lua",
-    "AgentConfig": "agentconfig.lua",
-    "VirtualAgentProfile": "virtualagentprofile.lua",
-}
+KINDS = ("AgentConfig", "VirtualAgentProfile", "Worker")
 
 
 def script(kind: str) -> str:
-    return (HEALTH / KINDS[kind]).read_text()
+    return (CUSTOMIZATIONS / kind / "health.lua").read_text()
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_with_a_status_has_a_check() -> None:
+    assert sorted(p.name for p in CUSTOMIZATIONS.iterdir()) == sorted(KINDS)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_same_script_everywhere(kind: str) -> None:
     cm = yaml.safe_load((GITOPS / "argocd" / "argocd-cm.yaml").read_text())
     key = f"resource.customizations.health.agentworkers.io_{kind}"
@@ -44,6 +48,7 @@ def test_the_same_script_everywhere(kind: str) -> None:
 
 
 def health(kind: str, obj: dict[str, Any]) -> tuple[str, str]:
+    """The script's verdict, run as Argo CD runs it: `obj` a global of Lua tables."""
     lupa = pytest.importorskip("lupa", reason="the Lua runtime (pip install lupa)")
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
 
@@ -58,6 +63,42 @@ def health(kind: str, obj: dict[str, Any]) -> tuple[str, str]:
     lua.globals().obj = convert(obj)
     result = lua.execute(script(kind))
     return str(result["status"]), str(result["message"] or "")
+
+
+def fixture_cases() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (kind, case)
+        for kind in KINDS
+        for case in yaml.safe_load((CUSTOMIZATIONS / kind / "health_test.yaml").read_text())[
+            "tests"
+        ]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "case"),
+    fixture_cases(),
+    ids=[f"{k}-{Path(c['inputPath']).stem}" for k, c in fixture_cases()],
+)
+def test_health_test_yaml(kind: str, case: dict[str, Any]) -> None:
+    """Each case of health_test.yaml, as Argo CD's own test runs it: status and message."""
+    obj = yaml.safe_load((CUSTOMIZATIONS / kind / case["inputPath"]).read_text())
+    status, message = health(kind, obj)
+    assert (status, message) == (case["healthStatus"]["status"], case["healthStatus"]["message"])
+    # The file names say what they show: healthy_*, progressing_*, degraded_*.
+    assert Path(case["inputPath"]).stem.split("_")[0] == status.lower()
+
+
+def test_every_testdata_file_is_a_case() -> None:
+    for kind in KINDS:
+        used = {
+            c["inputPath"]
+            for c in yaml.safe_load((CUSTOMIZATIONS / kind / "health_test.yaml").read_text())[
+                "tests"
+            ]
+        }
+        files = {f"testdata/{p.name}" for p in (CUSTOMIZATIONS / kind / "testdata").glob("*.yaml")}
+        assert used == files, kind
 
 
 def worker(phase: str | None = None, ready: str | None = None, **status: Any) -> dict[str, Any]:
@@ -94,60 +135,86 @@ def test_worker_health(obj: dict[str, Any], expected: str) -> None:
         assert obj["status"]["error"] in message
 
 
-def config(ready: str | None, observed: int = 1) -> dict[str, Any]:
-    body: dict[str, Any] = {"metadata": {"name": "planner", "generation": 1}}
-    if ready:
-        body["status"] = {
-            "observedGeneration": observed,
-            "conditions": [
-                {"type": "RevisionCurrent", "status": ready, "reason": "X", "message": "x"},
-                {
-                    "type": "Ready",
-                    "status": ready,
-                    "reason": "RevisionActive" if ready == "True" else "InvalidOverlay",
-                    "message": "revision 3 is active"
-                    if ready == "True"
-                    else "spec.virtualAgents.profiles[0].overlay.temperature: too high",
-                },
-            ],
-        }
-    return body
+def legacy(conditions: list[dict[str, str]]) -> dict[str, Any]:
+    """A status from an operator that writes no Stalled/Reconciling (before 0.x)."""
+    return {
+        "metadata": {"name": "p", "generation": 1},
+        "status": {"observedGeneration": 1, "conditions": conditions},
+    }
 
 
 @pytest.mark.parametrize(
-    ("obj", "expected"),
+    ("kind", "condition", "expected"),
     [
-        (config(None), "Progressing"),
-        (config("True"), "Healthy"),
-        (config("False"), "Degraded"),
-        (config("True", observed=0), "Progressing"),
-        ({"metadata": {"name": "x"}, "status": {}}, "Progressing"),
+        ("AgentConfig", {"type": "Ready", "status": "True", "reason": "RevisionActive"}, "Healthy"),
+        ("AgentConfig", {"type": "Ready", "status": "False", "reason": "InvalidMap"}, "Degraded"),
+        ("VirtualAgentProfile", {"type": "Accepted", "status": "True"}, "Healthy"),
+        (
+            "VirtualAgentProfile",
+            {"type": "Accepted", "status": "False", "reason": "Overridden"},
+            "Healthy",
+        ),
+        (
+            "VirtualAgentProfile",
+            {"type": "Accepted", "status": "False", "reason": "InvalidOverlay"},
+            "Degraded",
+        ),
     ],
 )
-def test_agent_config_health(obj: dict[str, Any], expected: str) -> None:
-    status, message = health("AgentConfig", obj)
-    assert status == expected, message
-    if expected == "Degraded":
-        assert "overlay.temperature" in message
+def test_statuses_of_an_older_operator_still_read(
+    kind: str, condition: dict[str, str], expected: str
+) -> None:
+    assert health(kind, legacy([condition]))[0] == expected
 
 
-@pytest.mark.parametrize(
-    ("accepted", "reason", "expected"),
-    [
-        ("True", "Included", "Healthy"),
-        ("False", "Overridden", "Healthy"),
-        ("False", "InvalidOverlay", "Degraded"),
-        (None, None, "Progressing"),
-    ],
-)
-def test_profile_health(accepted: str | None, reason: str | None, expected: str) -> None:
-    obj: dict[str, Any] = {"metadata": {"name": "p", "generation": 1}}
-    if accepted:
-        obj["status"] = {
-            "observedGeneration": 1,
-            "conditions": [{"type": "Accepted", "status": accepted, "reason": reason}],
+def test_a_first_install_with_sync_waves_never_waits_on_a_profile_for_its_config() -> None:
+    """Argo CD applies wave -1 (profiles), waits until each is Healthy, then wave 0 (the
+    AgentConfig). Each state here is what the operator's own reconcile writes (against the
+    in-memory repository), judged by the shipped scripts, in the order a sync sees them."""
+    from agentworkers.controller import configs  # noqa: PLC0415
+    from agentworkers.controller.requeue import Later  # noqa: PLC0415
+    from agentworkers.core.revisions import SettleWindow  # noqa: PLC0415
+    from tests.unit.controller.test_config_reconcile import (  # noqa: PLC0415
+        CONFIG,
+        PROFILES,
+        Clock,
+        Memory,
+        put,
+    )
+
+    memory, clock, window = Memory(), Clock(), SettleWindow(2.0)
+    profiles = [p["metadata"]["name"] for p in PROFILES]
+
+    def verdicts() -> dict[str, str]:
+        seen = {
+            name: health("VirtualAgentProfile", memory.find("virtualagentprofiles", name) or {})[0]
+            for name in profiles
         }
-    assert health("VirtualAgentProfile", obj)[0] == expected
+        if config := memory.find("agentconfigs", "planner"):
+            seen["planner"] = health("AgentConfig", config)[0]
+        return seen
+
+    def operator_pass() -> None:
+        with contextlib.suppress(Later):
+            configs.reconcile(memory, "ns", "planner", settle=window, clock=clock)
+
+    # Wave -1: the profiles, before the operator has seen them.
+    for profile in PROFILES:
+        put(memory, "virtualagentprofiles", profile)
+    assert set(verdicts().values()) == {"Progressing"}
+    operator_pass()  # their AgentConfig does not exist: they say so, and are Healthy
+    assert verdicts() == dict.fromkeys(profiles, "Healthy")
+    # Wave 0: the AgentConfig; Progressing while its change set settles, then Healthy.
+    put(memory, "agentconfigs", CONFIG)
+    assert verdicts()["planner"] == "Progressing"
+    operator_pass()
+    assert verdicts()["planner"] == "Progressing"  # Reconciling=True: Settling
+    clock.now += window.seconds
+    operator_pass()
+    assert verdicts() == dict.fromkeys([*profiles, "planner"], "Healthy")
+    assert sorted(n for (p, _, n) in memory.objects if p == "agentconfigrevisions") == [
+        "planner-r1"
+    ]
 
 
 # --- kustomize ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -109,6 +110,13 @@ def test_a_diff_lists_keys_with_their_changed_fields() -> None:
 def test_revisions_mark_the_active_one() -> None:
     rows = revisions_text([revision(1, False), revision(2, True)]).splitlines()
     assert [r.split()[4] for r in rows] == ["ACTIVE", "no", "yes"]
+
+
+def test_revisions_say_which_engine_applied_each() -> None:
+    flux = dataclasses.replace(revision(2, True), applied_by="Flux Kustomization ns/agents")
+    rows = revisions_text([revision(1, False), flux]).splitlines()
+    assert rows[0].endswith("APPLIED BY")
+    assert rows[1].endswith("-") and rows[2].endswith("Flux Kustomization ns/agents")
 
 
 def test_nothing_to_show_goes_to_stderr_and_json_is_still_printed() -> None:

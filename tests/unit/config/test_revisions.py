@@ -8,6 +8,7 @@ from agentworkers.api import AgentConfigSpec, VirtualAgentProfileSpec
 from agentworkers.core.revisions import (
     ExistingRevision,
     Standalone,
+    applied_by,
     digest,
     effective_map,
     kube_path,
@@ -134,11 +135,33 @@ def test_a_revision_made_before_a_crash_is_adopted() -> None:
     assert plan.create is None and plan.active == made
 
 
-def test_new_content_gets_the_next_id_even_when_it_repeats_old_content() -> None:
-    one, two = config({"key": "r"}), config({"key": "s"})
-    r1 = ExistingRevision("a-r1", 1, _plan(one, []).active.digest, "u")
-    r2 = ExistingRevision("a-r2", 2, _plan(two, []).active.digest, "u")
+def _made(spec: AgentConfigSpec, number: int) -> ExistingRevision:
+    return ExistingRevision(f"a-r{number}", number, _plan(spec, []).active.digest, "u")
+
+
+def test_a_revert_re_activates_the_revision_that_holds_its_content() -> None:
+    one, two, three = config({"key": "r"}), config({"key": "s"}), config({"key": "t"})
+    r1, r2 = _made(one, 1), _made(two, 2)
     back = _plan(one, [r1, r2], "a-r2")
+    assert back.create is None and back.active == r1  # same id, same digest
+    # New content after the revert still gets an id past every id ever cut.
+    onward = _plan(three, [r1, r2], "a-r1")
+    assert onward.create is not None and onward.create.revision == 3
+    # Forward again to content r2 holds: r2, not a fourth.
+    assert _plan(two, [r1, r2, _made(three, 3)], "a-r3").active == r2
+
+
+def test_content_held_twice_re_activates_the_newer_revision() -> None:
+    """Histories cut before revisions were re-activated may hold one content twice."""
+    one, two = config({"key": "r"}), config({"key": "s"})
+    r1, r2 = _made(one, 1), _made(two, 2)
+    r3 = ExistingRevision("a-r3", 3, r1.digest, "u")
+    assert _plan(one, [r1, r2, r3], "a-r2").active == r3
+
+
+def test_content_of_a_pruned_revision_is_cut_anew() -> None:
+    one, two = config({"key": "r"}), config({"key": "s"})
+    back = _plan(one, [_made(two, 2)], "a-r2")  # r1 was pruned
     assert back.create is not None and back.create.revision == 3
 
 
@@ -147,6 +170,28 @@ def test_pruning_keeps_the_limit_the_active_and_the_pinned() -> None:
     assert prunable(existing, keep=3, active="a-r7", pinned=()) == ("a-r4", "a-r3", "a-r2", "a-r1")
     assert prunable(existing, keep=3, active="a-r7", pinned=["a-r2"]) == ("a-r4", "a-r3", "a-r1")
     assert prunable(existing, keep=10, active="a-r7", pinned=()) == ()
+
+
+def test_pruning_after_a_revert_keeps_the_newest_so_ids_never_repeat() -> None:
+    existing = [ExistingRevision(f"a-r{i}", i, "d", "u") for i in range(1, 5)]
+    assert prunable(existing, keep=1, active="a-r2", pinned=()) == ("a-r3", "a-r1")
+    assert prunable(existing, keep=2, active="a-r2", pinned=["a-r1"]) == ("a-r3",)
+
+
+def test_a_plan_never_prunes_what_a_live_worker_is_bound_to() -> None:
+    one, two = config({"key": "r"}), config({"key": "s"})
+    limited = AgentConfigSpec.model_validate(
+        {**two.model_dump(by_alias=True, exclude_none=True), "revisionHistoryLimit": 1}
+    )
+    history = [_made(one, 1), _made(two, 2), _made(one, 3)]
+    workers = [
+        {"spec": {"agent": "a"}, "status": {"phase": "Pending", "binding": {"revision": "1"}}}
+    ]
+    plan = plan_revision(
+        "a", limited, effective_map("a", limited, []), history, "a-r3", pinned_by("a", workers)
+    )
+    assert plan.create is not None and plan.active.name == "a-r4"
+    assert plan.prune == ("a-r2",)  # r1 is bound, r3 the newest kept; r4 is being made
 
 
 def test_the_digest_moves_with_config_and_profiles() -> None:
@@ -173,3 +218,26 @@ def test_live_workers_pin_the_revision_they_froze_and_the_one_they_are_bound_to(
         {"spec": {"agent": "a"}},  # not started: pins nothing yet
     ]
     assert pinned_by("a", workers) == {"a-r1", "a-r2"}
+
+
+def test_applied_by_names_the_engine_as_it_marks_its_objects() -> None:
+    flux = {
+        "metadata": {
+            "labels": {
+                "kustomize.toolkit.fluxcd.io/name": "agents-staging",
+                "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+            }
+        }
+    }
+    argo = {
+        "metadata": {
+            "annotations": {
+                "argocd.argoproj.io/tracking-id": (
+                    "agents-staging:agentworkers.io/AgentConfig:agents-staging/planner"
+                )
+            }
+        }
+    }
+    assert applied_by([flux, flux]) == "Flux Kustomization flux-system/agents-staging"
+    assert applied_by([argo]) == "Argo CD Application agents-staging"
+    assert applied_by([{"metadata": {"labels": {"team": "search"}}}, {"metadata": {}}]) == ""

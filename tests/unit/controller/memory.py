@@ -15,6 +15,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import AgentConfigRevisionSpec
+from agentworkers.api.names import APPLIED_BY_ANNOTATION
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.kube.repository import Conflict
@@ -106,12 +107,18 @@ class Memory:
             for r in self.of_agent("agentconfigrevisions", namespace, agent)
         ]
 
-    def create_revision(self, config: Body, spec: AgentConfigRevisionSpec) -> ExistingRevision:
+    def create_revision(
+        self, config: Body, spec: AgentConfigRevisionSpec, applied_by: str = ""
+    ) -> ExistingRevision:
         name = revision_name(spec.agent, spec.revision)
         namespace = config["metadata"]["namespace"]
+        annotations = {APPLIED_BY_ANNOTATION: applied_by} if applied_by else {}
         self.put(
             "agentconfigrevisions",
-            {"metadata": {"name": name, "namespace": namespace}, "spec": spec.wire()},
+            {
+                "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+                "spec": spec.wire(),
+            },
         )
         self.writes.append(("POST", "agentconfigrevisions", name))
         return ExistingRevision(name, spec.revision, spec.digest, config["metadata"]["uid"])

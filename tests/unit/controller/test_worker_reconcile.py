@@ -366,6 +366,15 @@ def test_a_worker_reconcile(row: Row) -> None:
     assert status.get("phase") == row.phase, status
     ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
     assert (ready or {}).get("reason") == row.reason, status
+    # kstatus beside Ready: Stalled=True exactly when the run Failed, saying why (what Flux
+    # and `kubectl wait` report); Reconciling=True while it is on its way to a pod.
+    kstatus = {c["type"]: c for c in status.get("conditions", []) if c["type"] != "Ready"}
+    if ready is not None:
+        assert kstatus["Stalled"]["status"] == ("True" if row.phase == "Failed" else "False")
+        assert kstatus["Reconciling"]["status"] == ("True" if row.phase == "Pending" else "False")
+        if row.phase == "Failed":
+            assert kstatus["Stalled"]["reason"] == row.reason
+            assert kstatus["Stalled"]["message"] == (status.get("error") or ready["message"])
     assert (memory.find("pods", row.name) is not None) == row.pod
     assert tuple(memory.reasons(row.name)) == row.events  # one Event per terminal transition
     assert sum(1 for w in memory.writes if w == ("POST", "pods", row.name)) <= 1

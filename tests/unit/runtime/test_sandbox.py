@@ -188,6 +188,9 @@ def test_links_inside_are_followed_and_shown_in_listings(box: Toolbox, root: Pat
     assert loop is not None and "symbolic links" in loop
 
 
+MIN_FLIPS = 100
+
+
 class Flipper:
     """A second thread that puts at `path`, in turn, what `real` made and a link to
     `outside` (each renamed in and out: `path` is briefly absent between, and what a
@@ -239,10 +242,15 @@ def outside(tmp_path: Path) -> Path:
     return tmp_path / "outside"
 
 
-def hammer(call: Callable[[], Any], seconds: float = 2.0, most: int = 20000) -> Iterator[Any]:
-    deadline = time.monotonic() + seconds
+def hammer(
+    call: Callable[[], Any], flipper: Flipper, seconds: float = 2.0, most: int = 20000
+) -> Iterator[Any]:
+    """`call` again and again for `seconds`, and on (up to 30 s) until the flipper has
+    swapped enough times for a race to be likely: a loaded machine swaps more slowly."""
+    start = time.monotonic()
     for _ in range(most):
-        if time.monotonic() > deadline:
+        spent = time.monotonic() - start
+        if spent > 30 or (spent > seconds and flipper.flips > MIN_FLIPS):
             return
         yield call()
 
@@ -265,10 +273,10 @@ def test_a_swapped_link_never_leads_a_read_outside(
 ) -> None:
     link = str(outside.parent / target) if not target.startswith("..") else target
     with Flipper(root / path.split("/", maxsplit=1)[0], real, link) as flipper:
-        results = list(hammer(lambda: box.call("read_file", {"path": path})))
+        results = list(hammer(lambda: box.call("read_file", {"path": path}), flipper))
     contents = [r.result["content"] for r in results if r.result is not None]
     assert "OUTSIDE" not in contents
-    assert flipper.flips > 100
+    assert flipper.flips > MIN_FLIPS
     assert "inside" in contents  # it read while the swaps went on
     assert any(r.error == f"path {path!r} is outside the sandbox" for r in results)
 
@@ -278,11 +286,11 @@ def test_a_swapped_link_never_leads_a_write_outside(
 ) -> None:
     with Flipper(root / "d", inside_dir, str(outside)) as flipper:
         results = list(
-            hammer(lambda: box.call("write_file", {"path": "d/new", "content": "x"}), 1.5)
+            hammer(lambda: box.call("write_file", {"path": "d/new", "content": "x"}), flipper, 1.5)
         )
     assert sorted(p.name for p in outside.iterdir()) == ["f"]
     assert (outside / "f").read_text() == "OUTSIDE"
-    assert flipper.flips > 100
+    assert flipper.flips > MIN_FLIPS
     assert any(r.error is None for r in results) and any(r.error for r in results)
 
 
@@ -300,6 +308,6 @@ def test_the_same_swaps_defeat_a_check_then_open(root: Path, outside: Path) -> N
         except OSError:
             return None
 
-    with Flipper(root / "f", inside_file, str(outside / "f")):
-        leaked = any(read == "OUTSIDE" for read in hammer(check_then_open, 10.0, 10**6))
+    with Flipper(root / "f", inside_file, str(outside / "f")) as flipper:
+        leaked = any(read == "OUTSIDE" for read in hammer(check_then_open, flipper, 10.0, 10**6))
     assert leaked
