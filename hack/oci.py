@@ -16,8 +16,8 @@ for the settings a worker pod uses:
 * masked and read-only /proc and /sys paths as containerd sets them;
 * volumes: bind mounts of directories the runner made: an emptyDir a tmpfs of its own
   (`empty_dir_options`: `size=` its sizeLimit, group-writable by fsGroup), read-write;
-  ConfigMap, Secret and projected volumes, filled by the runner, read-only;
-  the service-account token directory when the pod automounts one;
+  ConfigMap, Secret and projected volumes (the service-account token volume the API
+  server adds), filled by the runner, read-only;
 * resources: limits.memory -> the memory cgroup's limit (no swap beyond it), limits.cpu
   -> a CFS quota, requests.cpu -> CPU shares, and a pids limit (the kubelet's
   podPidsLimit: the pod spec has no field for it);
@@ -36,8 +36,6 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 SECCOMP_PROFILE = Path(__file__).with_name("seccomp-runtime-default.json")
-# Where a kubelet mounts the projected service-account token, CA and namespace.
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # The pids limit when the runner is given none: a kubelet's --pod-max-pids set by most
 # distributions; a fork bomb stops here instead of at the machine's.
 DEFAULT_PIDS_LIMIT = 512
@@ -94,8 +92,6 @@ class Placement:
     # Volume name -> host directory the runner made: an emptyDir's tmpfs, or a ConfigMap,
     # Secret or projected volume it filled.
     volume_dirs: dict[str, str] = field(default_factory=dict)
-    # Host directory with token, ca.crt and namespace; None: no token is mounted.
-    service_account_dir: str | None = None
     # Host files bind-mounted over /etc/hosts, /etc/hostname, /etc/resolv.conf.
     etc_files: dict[str, str] = field(default_factory=dict)
     # Path of the network namespace (/var/run/netns/NAME); None: a new, empty one.
@@ -273,8 +269,6 @@ def _mounts(
         # read-only, whatever the mount says.
         writable = "emptyDir" in volume and not mount.get("readOnly")
         mounts.append(_bind(directory, mount["mountPath"], readonly=not writable))
-    if placement.service_account_dir and spec.get("automountServiceAccountToken", True):
-        mounts.append(_bind(placement.service_account_dir, SERVICE_ACCOUNT_DIR, readonly=True))
     return mounts
 
 

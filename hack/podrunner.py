@@ -120,6 +120,7 @@ class PodRunner:
         self.stopped: set[tuple[str, str]] = set()  # pods gone: their processes stay stopped
         self.held: set[tuple[str, str]] = set()  # pods with the runner's finalizer
         self.expired: set[tuple[str, str]] = set()  # pods stopped at their deadline
+        self.refused: set[tuple[str, str]] = set()  # pods whose container could not start
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -149,7 +150,7 @@ class PodRunner:
         if kind == "DELETED" or pod.metadata.deletion_timestamp:
             self.stop(key)
             return
-        if pod.status.phase == "Running" and key not in self.runs:
+        if pod.status.phase == "Running" and key not in self.runs and key not in self.refused:
             self.start(pod)
 
     def start(self, pod: kubernetes.client.V1Pod, before: Run | None = None) -> None:
@@ -210,9 +211,6 @@ class PodRunner:
         try:
             made_dirs = self.prepare_volumes(pod, pod.spec.containers[0], root, tmpfs=True)
             dirs = {name: str(path) for name, path in made_dirs.items()}
-            account = None
-            if pod.spec.automount_service_account_token is not False:
-                account = self.service_account_dir(pod, made.bundle / "serviceaccount")
             env = {e.name: self.env_value(pod, e) for e in pod.spec.containers[0].env or []}
             env = {k: v for k, v in env.items() if v is not None}
             server = urlsplit(self.pod_server or self.api.configuration.host)
@@ -223,14 +221,16 @@ class PodRunner:
                 KUBERNETES_SERVICE_PORT=str(server.port or 443),
             )
             allowed = [podnet.endpoint(server.geturl()), *self.endpoints_of(pod, env), *self.allow]
-            process = self.containers.run(made, spec, env, dirs, account, allowed)
+            process = self.containers.run(made, spec, env, dirs, allowed)
         except oci.PodSpecError as e:
             # As a kubelet: the container is not created, and the pod says why.
+            self.refused.add(key)
             self.containers.remove(made)
             log.warning("%s/%s: %s", *key, e)
             self.waiting(key, "CreateContainerConfigError", str(e))
             return
         except Exception:
+            self.refused.add(key)
             self.containers.remove(made)
             log.exception("%s/%s: the container did not start", *key)
             self.waiting(key, "RunContainerError", "the local runner could not start it")
@@ -343,7 +343,7 @@ class PodRunner:
                     mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
                 else:
                     directory.mkdir(parents=True, exist_ok=True)
-            elif volume.config_map or volume.secret:
+            elif volume.config_map or volume.secret or volume.projected:
                 self.fill_volume(pod, volume, directory, fs_group)
             else:
                 continue
@@ -357,34 +357,73 @@ class PodRunner:
         directory: Path,
         fs_group: int | None,
     ) -> None:
-        """A ConfigMap or Secret volume's files: its keys (or `items`), each with its mode
-        (the item's, else defaultMode, else 0644), owned by root and fsGroup."""
+        """A ConfigMap, Secret or projected volume's files, as a kubelet writes them: the
+        keys (or `items`), each with its mode (the item's, else defaultMode, else 0644),
+        owned by root and fsGroup. A projected volume (the service-account token volume
+        the API server adds to a pod) gets each of its sources' files."""
         directory.mkdir(parents=True, exist_ok=True)
-        source = volume.config_map or volume.secret
-        data: dict[str, bytes] = {}
-        try:
-            if volume.config_map:
-                found = self.core.read_namespaced_config_map(
-                    volume.config_map.name, pod.metadata.namespace
-                )
-                data = {k: v.encode() for k, v in (found.data or {}).items()}
-            else:
-                found = self.core.read_namespaced_secret(
-                    volume.secret.secret_name, pod.metadata.namespace
-                )
-                data = {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
-        except ApiException as e:
-            log.warning("%s/%s: volume %s: %s", *key_of(pod), volume.name, e.reason)
+        source = volume.config_map or volume.secret or volume.projected
         default = source.default_mode if source.default_mode is not None else 0o644
-        items = source.items or [kubernetes.client.V1KeyToPath(key=k, path=k) for k in sorted(data)]
-        for item in items:
-            if item.key not in data:
-                continue
-            path = directory / item.path
+        files: dict[str, tuple[bytes, int | None]] = {}
+        if volume.projected:
+            for part in volume.projected.sources or []:
+                files.update(self.projected_files(pod, part))
+        else:
+            data = self.volume_data(pod, volume.config_map, volume.secret)
+            files = {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        for relative, (content, mode) in files.items():
+            path = directory / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data[item.key])
+            path.write_bytes(content)
             os.chown(path, 0, fs_group or 0)
-            path.chmod(item.mode if item.mode is not None else default)
+            path.chmod(mode if mode is not None else default)
+
+    def volume_data(
+        self,
+        pod: kubernetes.client.V1Pod,
+        config_map: Any,
+        secret: Any,
+    ) -> dict[str, bytes]:
+        """The keys of a ConfigMap or Secret (volume or projection source); none if missing."""
+        try:
+            if config_map:
+                found = self.core.read_namespaced_config_map(
+                    config_map.name, pod.metadata.namespace
+                )
+                return {k: v.encode() for k, v in (found.data or {}).items()}
+            found = self.core.read_namespaced_secret(
+                secret.secret_name if hasattr(secret, "secret_name") else secret.name,
+                pod.metadata.namespace,
+            )
+            return {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
+        except ApiException as e:
+            log.warning("%s/%s: volume source: %s", *key_of(pod), e.reason)
+            return {}
+
+    @staticmethod
+    def items(source: Any, data: dict[str, bytes]) -> list[Any]:
+        """The `items` of a volume source that exist, else every key as a file of its name."""
+        if source.items:
+            return [i for i in source.items if i.key in data]
+        return [kubernetes.client.V1KeyToPath(key=k, path=k) for k in sorted(data)]
+
+    def projected_files(
+        self, pod: kubernetes.client.V1Pod, part: kubernetes.client.V1VolumeProjection
+    ) -> dict[str, tuple[bytes, int | None]]:
+        """The files of one source of a projected volume."""
+        if part.service_account_token:
+            return {part.service_account_token.path: (self.pod_token(pod).encode(), None)}
+        if part.config_map or part.secret:
+            source = part.config_map or part.secret
+            data = self.volume_data(pod, part.config_map, part.secret)
+            return {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for item in (part.downward_api.items if part.downward_api else None) or []:
+            field = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
+            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field))
+            if value is not None:
+                files[item.path] = (value.encode(), item.mode)
+        return files
 
     def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
         """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
@@ -418,20 +457,6 @@ class PodRunner:
             {"spec": {"expirationSeconds": 3600, "audiences": []}},
         )
         return str(request.status.token)
-
-    def service_account_dir(self, pod: kubernetes.client.V1Pod, directory: Path) -> Path:
-        """The projected service-account volume a kubelet mounts: token, ca.crt, namespace
-        (mode 0644, as its defaultMode)."""
-        directory.mkdir(parents=True)
-        files = {
-            "token": self.pod_token(pod),
-            "ca.crt": Path(self.api.configuration.ssl_ca_cert).read_text(),
-            "namespace": pod.metadata.namespace,
-        }
-        for name, text in files.items():
-            (directory / name).write_text(text)
-            (directory / name).chmod(0o644)
-        return directory
 
     def pod_kubeconfig(self, pod: kubernetes.client.V1Pod, home: Path) -> Path:
         """Credentials of the pod's own ServiceAccount, as a mounted token would give."""
@@ -615,6 +640,7 @@ class PodRunner:
                 self.stopped.add(key)
             log.info("%s/%s: pod deleted, stopping the process", *key)
             self.terminate(run)
+        self.refused.discard(key)
         self.release(key)
 
     def terminate(self, run: Run) -> None:

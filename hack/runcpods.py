@@ -169,7 +169,6 @@ class Runc:
         pod: dict[str, Any],
         env: dict[str, str],
         volume_dirs: dict[str, str],
-        service_account: Path | None,
         allowed: list[podnet.Endpoint],
     ) -> subprocess.Popen[bytes]:
         """Run `pod`'s container; raises oci.PodSpecError if it cannot run as specified
@@ -179,7 +178,6 @@ class Runc:
             placement = oci.Placement(
                 rootfs=str(self.image.rootfs),
                 volume_dirs=volume_dirs,
-                service_account_dir=str(service_account) if service_account else None,
                 etc_files=self._etc_files(pod, container.bundle),
                 netns=container.network.netns_path,
                 cgroups_path=f"/{CGROUP_PARENT}/{container.id}",
