@@ -98,8 +98,8 @@ class Placement:
     netns: str | None = None
     cgroups_path: str = ""
     pids_limit: int = DEFAULT_PIDS_LIMIT
-    # Env the runner resolved (downward API) for the pod's env, in order, and its own
-    # additions (KUBERNETES_SERVICE_HOST, say), set after the image's Env.
+    # Env the runner resolved (the downward API's) and its own additions
+    # (KUBERNETES_SERVICE_HOST, say), over the image's Env and the pod's plain values.
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -143,6 +143,7 @@ def _process(
         raise PodSpecError(f"container {name}: no command, and the image has no entrypoint")
     env = dict(e.split("=", 1) for e in image.get("Env") or [])
     env["HOSTNAME"] = pod["metadata"]["name"]
+    env.update({e["name"]: e["value"] for e in container.get("env") or [] if "value" in e})
     env.update(placement.env)
     caps = capabilities(sc.get("capabilities") or {})
     process: dict[str, Any] = {
