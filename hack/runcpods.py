@@ -1,12 +1,12 @@
 """Worker pods in real containers: the pod runner's container mode (runc).
 
 A pod's container runs from the project's image (one read-only rootfs shared by every
-pod: nothing is copied per pod) under the OCI config `oci.runtime_config` makes of its
-spec, in a network of its own (`podnet`), with the volumes the runner prepared. `runc run`
-stays in the foreground: its exit is the container's, its stdout and stderr the
-container's (the runner copies them to the CRI log file), and the signals it gets are
-passed on to the container. `runc events` reports an OOM kill of the memory cgroup, for
-the `OOMKilled` a kubelet reports.
+pod, under an overlay of its own: nothing is copied per pod) under the OCI config
+`oci.runtime_config` makes of its spec, in a network of its own (`podnet`), with the
+volumes the runner prepared. `runc run` stays in the foreground: its exit is the
+container's, its stdout and stderr the container's (the runner copies them to the CRI
+log file), and the signals it gets are passed on to the container. `runc events`
+reports an OOM kill of the memory cgroup, for the `OOMKilled` a kubelet reports.
 
 Everything a container leaves behind (its runc state, bundle, tmpfs mounts, network) is
 under a state directory shared by the runners of this machine, recorded with the pid of
@@ -174,9 +174,10 @@ class Runc:
         """Run `pod`'s container; raises oci.PodSpecError if it cannot run as specified
         (and anything else that went wrong), having removed what it made."""
         try:
+            rootfs = self._rootfs(container.bundle)
             container.network = self.networks.create(container.id[3:], allowed)
             placement = oci.Placement(
-                rootfs=str(self.image.rootfs),
+                rootfs=str(rootfs),
                 volume_dirs=volume_dirs,
                 etc_files=self._etc_files(pod, container.bundle),
                 netns=container.network.netns_path,
@@ -186,6 +187,9 @@ class Runc:
             )
             config = oci.runtime_config(pod, self.image.config, placement)
             (container.bundle / "config.json").write_text(json.dumps(config, indent=1))
+            # Whose container this is: for `runc exec` by hand, and the tests' (`find`).
+            meta = pod["metadata"]
+            (container.bundle / "pod").write_text(f"{meta['namespace']}/{meta['name']}")
             container.process = subprocess.Popen(
                 ["runc", "--root", str(self.root), "run", "--bundle", str(container.bundle),
                  container.id],
@@ -199,6 +203,19 @@ class Runc:
             raise
         threading.Thread(target=self._watch_oom, args=(container,), daemon=True).start()
         return container.process
+
+    def _rootfs(self, bundle: Path) -> Path:
+        """The image's rootfs under an overlay of the container's own: nothing is copied,
+        and the mount points runc makes (for volumes the image has no directory for) land
+        in the container's upper layer, never in the image shared by every container."""
+        rootfs, upper, work = bundle / "rootfs", bundle / "upper", bundle / "work"
+        for directory in (rootfs, upper, work):
+            directory.mkdir()
+        options = f"lowerdir={self.image.rootfs},upperdir={upper},workdir={work}"
+        subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", options, str(rootfs)], check=True
+        )
+        return rootfs
 
     @staticmethod
     def _etc_files(pod: dict[str, Any], bundle: Path) -> dict[str, str]:
@@ -276,6 +293,15 @@ class Runc:
             self.runc("kill", "--all", bundle.name, "KILL")
             self._remove(bundle.name, bundle, None)
         self.networks.reap()
+
+
+def find(namespace: str, name: str, state: Path = STATE) -> str | None:
+    """The id of the container a pod runs in on this machine, if it runs in one."""
+    for record in (state / "bundles").glob("*/pod"):
+        with contextlib.suppress(OSError):
+            if record.read_text() == f"{namespace}/{name}":
+                return record.parent.name
+    return None
 
 
 def mount_tmpfs(directory: Path, options: str) -> None:
