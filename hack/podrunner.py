@@ -670,6 +670,8 @@ class PodRunner:
             self.stop(key)
         for key in list(self.held):  # pods whose process ended on its own
             self.release(key)
+        if self.containers is not None:
+            self.containers.close()  # what the reaping threads had no time left to remove
 
 
 _write_lock = threading.Lock()

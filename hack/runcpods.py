@@ -147,6 +147,7 @@ class Runc:
         self.networks = podnet.Networks(state)
         self.pids_limit = pids_limit
         self.image = image()
+        self.live: dict[str, Container] = {}
         self.reap()
 
     def runc(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -201,6 +202,7 @@ class Runc:
         except BaseException:
             self.remove(container)
             raise
+        self.live[container.id] = container
         threading.Thread(target=self._watch_oom, args=(container,), daemon=True).start()
         return container.process
 
@@ -267,8 +269,17 @@ class Runc:
         return self.runc("exec", container_id, *command)
 
     def remove(self, container: Container) -> None:
-        """Everything the container had, once it stopped."""
+        """Everything the container had, once it stopped (again: a no-op)."""
+        self.live.pop(container.id, None)
         self._remove(container.id, container.bundle, container.network)
+
+    def close(self) -> None:
+        """Every container of this runner stopped and removed (the runner is stopping)."""
+        for container in list(self.live.values()):
+            self.runc("kill", "--all", container.id, "KILL")
+            if container.process is not None:
+                container.process.wait()
+            self.remove(container)
 
     def _remove(self, id: str, bundle: Path, network: podnet.PodNetwork | None) -> None:
         self.runc("delete", "--force", id)

@@ -296,7 +296,7 @@ def test_a_run_past_its_memory_limit_ends_oomkilled_and_its_worker_says_so(
     cluster: Cluster, namespace: str, client: Client, containers: Path
 ) -> None:
     # Less than the runtime needs to start: its memory cgroup kills it.
-    _agent(cluster, namespace, worker={"resources": {"limits": {"memory": "40Mi"}}})
+    _agent(cluster, namespace, worker={"resources": {"limits": {"memory": "24Mi"}}})
     client.spawn("hungry", WorkerSpec(agent="planner", initial_message="go"))
     _failed_with(
         cluster, namespace, client, "hungry", "OOMKilled", "exited 137 (SIGKILL): OOMKilled"
