@@ -26,10 +26,11 @@ test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local 
 
 # The Go-built tools, cached: built up front so that a cold build (minutes) is not
 # charged to the first test that needs it.
-tools: ## build the Go-built tools (control plane, kwok, helm, krew) into the user cache
+tools: $(BIN)/.installed ## build the Go-built tools (control plane, kwok, helm, krew) and the pod image into the user cache
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 	bash hack/build-krew.sh >/dev/null
+	PYTHON=$(BIN)/python bash hack/pod-tools.sh >/dev/null
 
 unit: $(BIN)/.installed ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit

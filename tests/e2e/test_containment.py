@@ -335,3 +335,43 @@ def _failed_with(
         f"--field-selector=involvedObject.name={name},type=Warning",
     )["items"]
     assert [e["reason"] for e in events if e["involvedObject"]["kind"] == "Worker"] == [reason]
+
+
+def test_what_a_crashed_runner_left_is_removed_by_the_next_one(
+    cluster: Cluster, namespace: str, client: Client, tmp_path: Path, image: runcpods.Image
+) -> None:
+    _agent(cluster, namespace)
+    with pod_runner(cluster, namespace, tmp_path / "pods", None, True) as runner:
+        client.spawn("left", WorkerSpec(agent="planner", initial_message="go", interactive=True))
+        first = _running(client, namespace, "left")
+        runner.kill()  # a crash: its container, network and mounts stay behind
+        runner.wait()
+    bundle = runcpods.STATE / "bundles" / first
+    assert bundle.is_dir() and _leftovers(first)
+    with pod_runner(cluster, namespace, tmp_path / "again", None, True):
+        wait_until(
+            "what the crashed runner left to go",
+            lambda: not bundle.exists() and not _leftovers(first),
+            timeout=30,
+        )
+        # ... and the pod runs again, as a kubelet starts a pod's container it lost.
+        wait_until("the pod's new container", lambda: runcpods.find(namespace, "left"))
+
+
+def _leftovers(container: str) -> list[str]:
+    """What of a container is still on this machine: its runc state, nft table, network
+    namespace, mounts, cgroups."""
+    id = container.removeprefix("aw-")
+    found = []
+    if (runcpods.STATE / "runc" / container).exists():
+        found.append("runc state")
+    nft = ["nft", "list", "tables"]
+    tables = subprocess.run(nft, capture_output=True, text=True, check=True).stdout
+    if f"aw-{id}" in tables:
+        found.append("nft table")
+    if Path(f"/var/run/netns/aw-{id}").exists():
+        found.append("netns")
+    if str(runcpods.STATE / "bundles" / container) in Path("/proc/self/mounts").read_text():
+        found.append("mounts")
+    found += [str(c) for c in Path("/sys/fs/cgroup").glob(f"*/agentworkers/{container}")]
+    return found
