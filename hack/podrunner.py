@@ -2,7 +2,16 @@
 """A local pod runner for the local control plane: a development tool, not a kubelet.
 
     python hack/podrunner.py [--kubeconfig K] [--namespace-prefix P] [--logs DIR]
-                             [--pod-server URL]
+                             [--pod-server URL] [--containers] [--pids-limit N]
+                             [--allow HOST:PORT ...]
+
+Two modes. By default (process mode: what the scale benches measure, since a process
+starts faster and costs less than a container) pods run as local processes as below. With
+--containers (or AGENTWORKERS_POD_CONTAINERS=1; root, runc and nftables) worker pods run
+in real containers (hack/runcpods.py): the project's image, the pod's securityContext,
+volumes, resources and activeDeadlineSeconds enforced, a network of its own that reaches
+only the API server and its config's endpoints (docs/guarantees.md, "What the pod
+enforces"); other pods (an operator a `helm install` made) stay processes.
 
 kwok simulates nodes and pod phases but runs nothing. This tool watches the pods of
 namespaces under a prefix (the worker pods the operator creates, and the operator's own
@@ -30,7 +39,9 @@ container as a local process, the way a kubelet would run it:
   `kubectl logs` shows the run.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
-code, as a kubelet would report it; a pod whose restartPolicy is Always (a Deployment's)
+code (OOMKilled when the memory cgroup killed the container), as a kubelet would report
+it; at its activeDeadlineSeconds the pod is stopped and Failed with reason
+DeadlineExceeded; a pod whose restartPolicy is Always (a Deployment's)
 has its process started again instead. When the pod is deleted, the process gets
 SIGTERM (then SIGKILL), and the pod object stays until the process has stopped, as a
 kubelet keeps a terminating pod (kwok deletes a pod as soon as it is asked to; the runner
