@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from localcluster import alive
+
 RANGE = ipaddress.ip_network("198.19.0.0/16")
 SLOTS = RANGE.num_addresses // 4
 log = logging.getLogger("podrunner")
@@ -218,20 +220,12 @@ class Networks:
         with contextlib.suppress(FileNotFoundError):
             (self.slots / str(net.slot)).unlink()
 
-    def reap(self) -> None:
-        """The networks of runners that are gone (crashed): deleted."""
+    def reap(self, mine: bool = False) -> None:
+        """The networks of runners that are gone (crashed), or (`mine`) of this one:
+        deleted."""
         for record in self.slots.iterdir():
-            pid, _, id = record.read_text().strip().partition(" ")
-            if not _alive(int(pid)):
-                log.info("deleting the network of a runner that is gone (%s)", id)
-                self.delete(PodNetwork(id, int(record.name)))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            with contextlib.suppress(OSError, ValueError):
+                pid, _, id = record.read_text().strip().partition(" ")
+                if int(pid) == os.getpid() if mine else not alive(int(pid)):
+                    log.info("deleting the network of %s (its runner stopped)", id)
+                    self.delete(PodNetwork(id, int(record.name)))

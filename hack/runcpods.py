@@ -31,6 +31,7 @@ from typing import Any
 
 import oci
 import podnet
+from localcluster import alive
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("AGENTWORKERS_POD_STATE", "/run/agentworkers-pods"))
@@ -148,6 +149,8 @@ class Runc:
         self.pids_limit = pids_limit
         self.image = image()
         self.live: dict[str, Container] = {}
+        # One removal at a time: a reaping thread and `close` may remove the same container.
+        self.removing = threading.Lock()
         self.reap()
 
     def runc(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
@@ -270,18 +273,23 @@ class Runc:
 
     def remove(self, container: Container) -> None:
         """Everything the container had, once it stopped (again: a no-op)."""
-        self.live.pop(container.id, None)
-        self._remove(container.id, container.bundle, container.network)
+        with self.removing:
+            self.live.pop(container.id, None)
+            if container.bundle.exists():
+                self._remove(container.id, container.bundle, container.network)
 
     def close(self) -> None:
-        """Every container of this runner stopped and removed (the runner is stopping)."""
+        """Every container of this runner stopped and removed (the runner is stopping),
+        also one it was still making when it was told to stop."""
         for container in list(self.live.values()):
             self.runc("kill", "--all", container.id, "KILL")
             if container.process is not None:
                 container.process.wait()
             self.remove(container)
+        self.reap(mine=True)
 
     def _remove(self, id: str, bundle: Path, network: podnet.PodNetwork | None) -> None:
+        """Runc's state, the network, the mounts, the bundle (its record last), the cgroups."""
         self.runc("delete", "--force", id)
         if network is not None:
             self.networks.delete(network)
@@ -291,19 +299,21 @@ class Runc:
             with contextlib.suppress(OSError):
                 (controller / CGROUP_PARENT / id).rmdir()
 
-    def reap(self) -> None:
-        """Containers (and networks) of runners that are gone: stopped and removed."""
-        for bundle in self.bundles.iterdir():
-            try:
-                owner = int((bundle / "owner").read_text())
-            except (OSError, ValueError):
-                owner = 0
-            if owner and podnet._alive(owner):
-                continue
-            log.info("removing container %s of a runner that is gone", bundle.name)
-            self.runc("kill", "--all", bundle.name, "KILL")
-            self._remove(bundle.name, bundle, None)
-        self.networks.reap()
+    def reap(self, mine: bool = False) -> None:
+        """Containers (and networks) of runners that are gone (crashed), or (`mine`) of
+        this one: stopped and removed."""
+        with self.removing:
+            for bundle in self.bundles.iterdir():
+                try:
+                    owner = int((bundle / "owner").read_text())
+                except (OSError, ValueError):
+                    owner = 0
+                if owner != os.getpid() if mine else owner and alive(owner):
+                    continue
+                log.info("removing container %s (its runner stopped)", bundle.name)
+                self.runc("kill", "--all", bundle.name, "KILL")
+                self._remove(bundle.name, bundle, None)
+        self.networks.reap(mine)
 
 
 def find(namespace: str, name: str, state: Path = STATE) -> str | None:
