@@ -58,12 +58,20 @@ def image() -> runcpods.Image:
 
 
 @pytest.fixture
+def peer() -> Iterator[socket.socket]:
+    """A loopback server the pods' policy allows (as a run's model or MCP endpoint)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield server
+
+
+@pytest.fixture
 def containers(
-    cluster: Cluster, namespace: str, tmp_path: Path, image: runcpods.Image
+    cluster: Cluster, namespace: str, tmp_path: Path, image: runcpods.Image, peer: socket.socket
 ) -> Iterator[Path]:
     """The pod runner in container mode for this test's namespace. Yields its log dir."""
     logs = tmp_path / "pods"
-    with pod_runner(cluster, namespace, logs, None, True, f"--pids-limit={PIDS_LIMIT}"):
+    allow = f"--allow=127.0.0.1:{peer.getsockname()[1]}"
+    with pod_runner(cluster, namespace, logs, None, True, f"--pids-limit={PIDS_LIMIT}", allow):
         yield logs
 
 
@@ -133,7 +141,12 @@ def _connect(container: str, host: str, port: int) -> str:
 
 
 def test_a_run_s_container_holds_against_escape_attempts(
-    cluster: Cluster, namespace: str, client: Client, containers: Path, tmp_path: Path
+    cluster: Cluster,
+    namespace: str,
+    client: Client,
+    containers: Path,
+    tmp_path: Path,
+    peer: socket.socket,
 ) -> None:
     _secret(cluster, namespace, "granted", "for the run")
     _secret(cluster, namespace, "not-granted", "not for the run")
@@ -163,7 +176,7 @@ def test_a_run_s_container_holds_against_escape_attempts(
     _filesystem(a, b, tmp_path)
     _kernel(a)
     _limits(a)
-    _network(cluster, a)
+    _network(cluster, a, peer.getsockname()[1])
     _secrets(a, namespace)
     # Through all of it the run carried on, and the operator with it.
     assert client.get("a").status.phase == "Idle" and client.get("b").status.phase == "Idle"
@@ -254,9 +267,9 @@ def _limits(a: str) -> None:
     assert hog.returncode == 137  # the memory cgroup's OOM killer
 
 
-def _network(cluster: Cluster, a: str) -> None:
-    """The network: its API server, nothing else (a loopback port of this test's own, on
-    loopback or on every address, is not reachable)."""
+def _network(cluster: Cluster, a: str, allowed: int) -> None:
+    """The network: its API server and the endpoint the policy allows, nothing else (a
+    loopback port of this test's own, on loopback or on every address, is not reachable)."""
     with (
         socket.create_server(("127.0.0.1", 0)) as lo,
         socket.create_server(("0.0.0.0", 0)) as every,
@@ -269,6 +282,7 @@ def _network(cluster: Cluster, a: str) -> None:
         assert _connect(a, gateway_ip, host_port) in ("TimeoutError", "timeout")
         server = cluster.api.configuration.host.rsplit(":", 1)
         assert _connect(a, server[0].removeprefix("https://"), int(server[1])) == "connected"
+        assert _connect(a, "127.0.0.1", allowed) == "connected"
 
 
 def _secrets(a: str, namespace: str) -> None:
