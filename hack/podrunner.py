@@ -250,7 +250,7 @@ class PodRunner:
         self.started(run, f"container {made.id}")
 
     def started(self, run: Run, what: str) -> None:
-        """Follow a run that started: its output to the pod's log, its exit, its deadline."""
+        """Follow a run that started: its output to the pod's log, its exit (`reap`)."""
         key = key_of(run.pod)
         logfile = self.logs / f"{key[0]}_{key[1]}.log"
         self.point_kwok_at(run.pod, logfile)
@@ -260,16 +260,21 @@ class PodRunner:
             self.runs[key] = run
         log.info("%s/%s: started %s (pid %d)", *key, what, run.process.pid)
         threading.Thread(target=self.reap, args=(key,), daemon=True).start()
+
+    def wait(self, key: tuple[str, str], run: Run) -> int:
+        """The run's exit code, once it exits; at the pod's activeDeadlineSeconds it is
+        stopped first, as a kubelet stops it."""
         deadline = run.pod.spec.active_deadline_seconds
         if deadline:
             begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
             left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds()
-            timer = threading.Timer(max(0.0, left), self.deadline, args=(key, run))
-            timer.daemon = True
-            timer.start()
+            try:
+                return run.process.wait(timeout=max(0.0, left))
+            except subprocess.TimeoutExpired:
+                self.deadline(key, run)
+        return run.process.wait()
 
     def deadline(self, key: tuple[str, str], run: Run) -> None:
-        """activeDeadlineSeconds ran out: the run is stopped, as a kubelet stops it."""
         with self.lock:
             if self.runs.get(key) is not run or self.stopping.is_set():
                 return
@@ -520,7 +525,7 @@ class PodRunner:
 
     def reap(self, key: tuple[str, str]) -> None:
         run = self.runs[key]
-        code = run.process.wait()
+        code = self.wait(key, run)
         with self.lock:
             self.runs.pop(key, None)
             stopped = key in self.stopped

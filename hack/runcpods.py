@@ -64,13 +64,15 @@ class Image:
 
 
 def image() -> Image:
-    """The project's image (hack/image.py), else a development image made here."""
-    try:
-        import image as built  # noqa: PLC0415 (hack/image.py, when it exists)
-    except ImportError:
+    """The project's image (hack/image.py's `ensure_image`), else a development image
+    made here (`dev_image`)."""
+    if not Path(__file__).with_name("image.py").exists():
         return dev_image()
+    import image as built  # noqa: PLC0415 (hack/image.py, beside this module)
+
     found = built.ensure_image()
-    return Image(Path(found.rootfs), found.config.get("config", found.config))
+    config = found.config
+    return Image(Path(found.rootfs), config.get("config", config))
 
 
 def dev_image() -> Image:
@@ -265,7 +267,9 @@ class Runc:
 
     def signal(self, container: Container, signal: str) -> None:
         """Send `signal` (TERM, KILL) to the container's processes."""
-        self.runc("kill", "--all", container.id, signal)
+        done = self.runc("kill", "--all", container.id, signal)
+        if done.returncode != 0:
+            log.warning("%s: runc kill %s: %s", container.id, signal, done.stderr.strip())
 
     def exec(self, container_id: str, *command: str) -> subprocess.CompletedProcess[str]:
         """A command in a running container, as its user, under its limits."""

@@ -320,8 +320,10 @@ def test_a_run_past_its_memory_limit_ends_oomkilled_and_its_worker_says_so(
 def test_a_run_past_its_deadline_ends_deadline_exceeded_and_its_worker_says_so(
     cluster: Cluster, namespace: str, client: Client, containers: Path
 ) -> None:
-    _agent(cluster, namespace, worker={"deadlineSeconds": 5})
+    _agent(cluster, namespace, worker={"deadlineSeconds": 20})
     client.spawn("slow", WorkerSpec(agent="planner", initial_message="go", interactive=True))
+    # It waits Idle (in its container) until its deadline stops it.
+    _running(client, namespace, "slow")
     _failed_with(
         cluster, namespace, client, "slow", "DeadlineExceeded", "longer than the specified deadline"
     )
