@@ -24,15 +24,14 @@ run: $(BIN)/.installed ## the operator and the pod runner on the local control p
 test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local control plane
 	$(BIN)/pytest
 
-# The Go-built tools and the image, cached: built up front so that a cold build (minutes)
-# is not charged to the first test that needs it.
-tools: ## build the Go-built tools (control plane, kwok, helm, krew, Flux) and, as root, the image
+# The Go-built tools and the pod image, cached: built up front so that a cold build
+# (minutes) is not charged to the first test that needs it.
+tools: $(BIN)/.installed ## build the Go-built tools (control plane, kwok, helm, krew, Flux) and, as root, the pod image
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 	bash hack/build-krew.sh >/dev/null
 	bash hack/build-flux.sh >/dev/null
-	@if [ "$$(id -u)" = 0 ]; then $(PYTHON) hack/image.py >/dev/null; \
-	else echo "tools: not root, so no image (hack/image.py needs debootstrap and chroot)"; fi
+	PYTHON=$(BIN)/python bash hack/pod-tools.sh >/dev/null
 
 unit: $(BIN)/.installed ## unit tests only (no cluster)
 	$(BIN)/pytest tests/unit

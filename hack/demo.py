@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -117,13 +118,21 @@ def main() -> int:
         step("Operator and local pod runner")
         with (
             Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator,
-            pod_runner(cluster, NAMESPACE, workdir / "pods") as runner,
+            pod_runner(cluster, NAMESPACE, workdir / "pods", None, in_containers()) as runner,
         ):
             print(
                 f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; "
                 f"pod runner pid {runner.pid}"
             )
             return demo(cluster, kubectl)
+
+
+def in_containers() -> bool:
+    """Whether the workers run in containers (docs/guarantees.md): where this machine can
+    (root, runc, nftables) and the model is the scripted one (a real model's endpoint is
+    off this machine, where the local pod network leads nowhere)."""
+    tools = all(shutil.which(t) for t in ("runc", "nft"))
+    return os.geteuid() == 0 and tools and not os.environ.get("AGENTWORKERS_OPENAI_BASE_URL")
 
 
 def configured(cluster: Cluster, config: dict[str, Any]) -> dict[str, Any]:

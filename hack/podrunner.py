@@ -2,7 +2,16 @@
 """A local pod runner for the local control plane: a development tool, not a kubelet.
 
     python hack/podrunner.py [--kubeconfig K] [--namespace-prefix P] [--logs DIR]
-                             [--pod-server URL]
+                             [--pod-server URL] [--containers] [--pids-limit N]
+                             [--allow HOST:PORT ...]
+
+Two modes. By default (process mode: what the scale benches measure, since a process
+starts faster and costs less than a container) pods run as local processes as below. With
+--containers (or AGENTWORKERS_POD_CONTAINERS=1; root, runc and nftables) worker pods run
+in real containers (hack/runcpods.py): the project's image, the pod's securityContext,
+volumes, resources and activeDeadlineSeconds enforced, a network of its own that reaches
+only the API server and its config's endpoints (docs/guarantees.md, "What the pod
+enforces"); other pods (an operator a `helm install` made) stay processes.
 
 kwok simulates nodes and pod phases but runs nothing. This tool watches the pods of
 namespaces under a prefix (the worker pods the operator creates, and the operator's own
@@ -31,7 +40,9 @@ container as a local process, the way a kubelet would run it:
   `kubectl logs` shows the run.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
-code, as a kubelet would report it; a pod whose restartPolicy is Always (a Deployment's)
+code (OOMKilled when the memory cgroup killed the container), as a kubelet would report
+it; at its activeDeadlineSeconds the pod is stopped and Failed with reason
+DeadlineExceeded; a pod whose restartPolicy is Always (a Deployment's)
 has its process started again instead. When the pod is deleted, the process gets
 SIGTERM (then SIGKILL), and the pod object stays until the process has stopped, as a
 kubelet keeps a terminating pod (kwok deletes a pod as soon as it is asked to; the runner
@@ -59,13 +70,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes
 import urllib3
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+import oci
+import podnet
 from localcluster import local_pod_cidr
+from runcpods import Container, Runc, mount_tmpfs
 
 # The image's ENTRYPOINT (Dockerfile): what a container without a command runs.
 ENTRYPOINT = ["agentworkers"]
@@ -74,6 +89,14 @@ RESTART_DELAY = 1.0
 # Holds a pod the runner runs until its process has stopped (see the module's docstring).
 FINALIZER = "agentworkers.io/pod-runner"
 STRATEGIC = "application/strategic-merge-patch+json"
+# Pods the operator made for Workers: the ones container mode runs in containers.
+WORKER_LABEL = "agentworkers.io/worker"
+# What a kubelet says of a pod it stopped at its activeDeadlineSeconds.
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+# Set (to anything but 0): worker pods run in containers (--containers).
+CONTAINERS_ENV = "AGENTWORKERS_POD_CONTAINERS"
+# Seconds between SIGTERM and SIGKILL when the pod does not say (its default).
+GRACE_SECONDS = 30
 log = logging.getLogger("podrunner")
 
 
@@ -83,6 +106,8 @@ class Run:
     sandbox: Path
     home: Path
     pod: kubernetes.client.V1Pod
+    # Container mode: the container the process (`runc run`) runs.
+    container: Container | None = None
 
 
 class PodRunner:
@@ -92,15 +117,22 @@ class PodRunner:
         prefix: str,
         logs: Path,
         pod_server: str | None = None,
+        containers: Runc | None = None,
+        allow: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.pod_server = pod_server
+        # Container mode: worker pods run in containers (runc); None: as local processes.
+        self.containers = containers
+        self.allow = [podnet.endpoint(a) for a in allow]
         self.core = kubernetes.client.CoreV1Api(api)
         self.prefix = prefix
         self.logs = logs
         self.runs: dict[tuple[str, str], Run] = {}
         self.stopped: set[tuple[str, str]] = set()  # pods gone: their processes stay stopped
         self.held: set[tuple[str, str]] = set()  # pods with the runner's finalizer
+        self.expired: set[tuple[str, str]] = set()  # pods stopped at their deadline
+        self.refused: set[tuple[str, str]] = set()  # pods whose container could not start
         self.lock = threading.Lock()
         self.stopping = threading.Event()
 
@@ -130,13 +162,17 @@ class PodRunner:
         if kind == "DELETED" or pod.metadata.deletion_timestamp:
             self.stop(key)
             return
-        if pod.status.phase == "Running" and key not in self.runs:
+        if pod.status.phase == "Running" and key not in self.runs and key not in self.refused:
             self.start(pod)
 
     def start(self, pod: kubernetes.client.V1Pod, before: Run | None = None) -> None:
         """Run `pod`'s container; `before`: its run that exited (a restart keeps its volumes)."""
         namespace, name = pod.metadata.namespace, pod.metadata.name
         container = pod.spec.containers[0]
+        if self.containers and WORKER_LABEL in (pod.metadata.labels or {}):
+            if self.hold(pod):
+                self.start_container(pod)
+            return
         command = [*(container.command or ENTRYPOINT), *(container.args or [])]
         if command[0] != "agentworkers":
             log.warning(
@@ -166,8 +202,6 @@ class PodRunner:
             PATH=os.environ.get("PATH", ""),
             KUBECONFIG=str(self.pod_kubeconfig(pod, home)),
         )
-        logfile = self.logs / f"{namespace}_{name}.log"
-        self.point_kwok_at(pod, logfile)
         process = subprocess.Popen(
             [sys.executable, "-m", "agentworkers.cli", *command[1:]],
             cwd=sandbox,
@@ -177,12 +211,104 @@ class PodRunner:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        for stream, pipe in (("stdout", process.stdout), ("stderr", process.stderr)):
+        self.started(Run(process, sandbox, home, pod), " ".join(command))
+
+    def start_container(self, pod: kubernetes.client.V1Pod) -> None:
+        """Run a worker pod's container in a container of its own (container mode)."""
+        assert self.containers is not None
+        key = key_of(pod)
+        spec = self.api.sanitize_for_serialization(pod)
+        made = self.containers.create()
+        root = made.bundle / "volumes"
+        try:
+            made_dirs = self.prepare_volumes(pod, pod.spec.containers[0], root)
+            dirs = {name: str(path) for name, path in made_dirs.items()}
+            env = {e.name: self.env_value(pod, e) for e in pod.spec.containers[0].env or []}
+            env = {k: v for k, v in env.items() if v is not None}
+            server = urlsplit(self.pod_server or self.api.configuration.host)
+            # As a kubelet tells a pod where its API server is (the runtime's in-cluster
+            # configuration reads these and the token directory).
+            env.update(
+                KUBERNETES_SERVICE_HOST=server.hostname or "",
+                KUBERNETES_SERVICE_PORT=str(server.port or 443),
+            )
+            allowed = [podnet.endpoint(server.geturl()), *self.endpoints_of(pod, env), *self.allow]
+            process = self.containers.run(made, spec, env, dirs, allowed)
+        except oci.PodSpecError as e:
+            # As a kubelet: the container is not created, and the pod says why.
+            self.refused.add(key)
+            self.containers.remove(made)
+            log.warning("%s/%s: %s", *key, e)
+            self.waiting(key, "CreateContainerConfigError", str(e))
+            return
+        except Exception:
+            self.refused.add(key)
+            self.containers.remove(made)
+            log.exception("%s/%s: the container did not start", *key)
+            self.waiting(key, "RunContainerError", "the local runner could not start it")
+            return
+        run = Run(process, made.bundle, made.bundle, pod, made)
+        self.started(run, f"container {made.id}")
+
+    def started(self, run: Run, what: str) -> None:
+        """Follow a run that started: its output to the pod's log, its exit (`reap`)."""
+        key = key_of(run.pod)
+        logfile = self.logs / f"{key[0]}_{key[1]}.log"
+        self.point_kwok_at(run.pod, logfile)
+        for stream, pipe in (("stdout", run.process.stdout), ("stderr", run.process.stderr)):
             threading.Thread(target=cri_copy, args=(pipe, logfile, stream), daemon=True).start()
         with self.lock:
-            self.runs[(namespace, name)] = Run(process, sandbox, home, pod)
-        log.info("%s/%s: started %s (pid %d)", namespace, name, " ".join(command), process.pid)
-        threading.Thread(target=self.reap, args=((namespace, name),), daemon=True).start()
+            self.runs[key] = run
+        log.info("%s/%s: started %s (pid %d)", *key, what, run.process.pid)
+        threading.Thread(target=self.reap, args=(key,), daemon=True).start()
+
+    def wait(self, key: tuple[str, str], run: Run) -> int:
+        """The run's exit code, once it exits; at the pod's activeDeadlineSeconds it is
+        stopped first, as a kubelet stops it."""
+        deadline = run.pod.spec.active_deadline_seconds
+        if deadline:
+            begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
+            left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds()
+            try:
+                return run.process.wait(timeout=max(0.0, left))
+            except subprocess.TimeoutExpired:
+                self.deadline(key, run)
+        return run.process.wait()
+
+    def deadline(self, key: tuple[str, str], run: Run) -> None:
+        with self.lock:
+            if self.runs.get(key) is not run or self.stopping.is_set():
+                return
+            self.expired.add(key)
+        log.info("%s/%s: past its activeDeadlineSeconds; stopping it", *key)
+        self.terminate(run)
+
+    def endpoints_of(self, pod: kubernetes.client.V1Pod, env: dict[str, str]) -> list[Any]:
+        """Where the run's config says its model and MCP servers are: its policy allows
+        them (as the chart's NetworkPolicy lists them)."""
+        urls: list[str] = []
+        effective = yaml.safe_load(env.get("AGENTWORKERS_EFFECTIVE_CONFIG") or "{}") or {}
+        if effective.get("baseURL"):
+            urls.append(effective["baseURL"])
+        servers = set(effective.get("mcpServers") or [])
+        agent = (pod.metadata.labels or {}).get("agentworkers.io/agent")
+        if servers and agent:
+            with contextlib.suppress(ApiException):
+                config = kubernetes.client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                    "agentworkers.io", "v1alpha1", pod.metadata.namespace, "agentconfigs", agent
+                )
+                urls += [
+                    s["url"]
+                    for s in config["spec"].get("mcpServers") or []
+                    if s.get("url") and s.get("name") in servers
+                ]
+        found = []
+        for url in urls:
+            try:
+                found.append(podnet.endpoint(url))
+            except (OSError, ValueError) as e:
+                log.warning("%s/%s: endpoint %s: %s", *key_of(pod), url, e)
+        return found
 
     @staticmethod
     def env_value(pod: kubernetes.client.V1Pod, var: kubernetes.client.V1EnvVar) -> str | None:
@@ -204,54 +330,136 @@ class PodRunner:
         root: Path,
         sandbox: Path,
     ) -> dict[str, Path]:
-        """Each mounted emptyDir, ConfigMap and Secret volume as a local directory (keys as
-        files, `items` and the modes honoured), by the mount path the container sees. The
-        emptyDir at the working directory is `sandbox`; a mount inside another mount (a
-        skill's ConfigMap inside the sandbox) is made inside that one's directory."""
+        """Each mounted emptyDir, ConfigMap, Secret and projected volume as a local
+        directory, by the mount path the container sees (process mode). The emptyDir at
+        the working directory is `sandbox`; a mount inside another mount (a skill's
+        ConfigMap inside the sandbox) is made inside that one's directory."""
         volumes = {v.name: v for v in pod.spec.volumes or []}
+        fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
         mounts: dict[str, Path] = {}
         for mount in sorted(container.volume_mounts or [], key=lambda m: len(m.mount_path)):
             volume = volumes.get(mount.name)
-            if volume is None or not (volume.empty_dir or volume.config_map or volume.secret):
+            if volume is None:
                 continue
             outer = [p for p in mounts if mount.mount_path.startswith(p.rstrip("/") + "/")]
-            if volume.empty_dir and mount.mount_path == container.working_dir:
+            if volume.empty_dir is not None and mount.mount_path == container.working_dir:
                 directory = sandbox
             elif outer:
                 enclosing = max(outer, key=len)
                 directory = mounts[enclosing] / os.path.relpath(mount.mount_path, enclosing)
             else:
                 directory = root / mount.name
-            directory.mkdir(parents=True, exist_ok=True)
-            data: dict[str, bytes] = {}
-            source = volume.config_map or volume.secret
-            try:
-                if volume.config_map:
-                    found = self.core.read_namespaced_config_map(
-                        volume.config_map.name, pod.metadata.namespace
-                    )
-                    data = {k: v.encode() for k, v in (found.data or {}).items()}
-                elif volume.secret:
-                    found = self.core.read_namespaced_secret(
-                        volume.secret.secret_name, pod.metadata.namespace
-                    )
-                    data = {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
-            except ApiException as e:
-                # A kubelet keeps such a pod waiting unless the volume is optional; the
-                # runner mounts it empty either way, and says so.
-                log.warning("%s/%s: volume %s: %s", *key_of(pod), mount.name, e.reason)
-            items = source.items if source else None
-            default_mode = (source.default_mode if source else None) or 0o644
-            files = {i.key: (i.path, i.mode) for i in items} if items else {}
-            files = files or {k: (k, None) for k in data}
-            for key, (path, mode) in files.items():
-                if key in data:
-                    target = directory / path
-                    target.unlink(missing_ok=True)  # a restart writes it again, read-only or not
-                    target.write_bytes(data[key])
-                    target.chmod(mode or default_mode)
+            if volume.empty_dir is not None:
+                directory.mkdir(parents=True, exist_ok=True)
+            elif volume.config_map or volume.secret or volume.projected:
+                self.fill_volume(pod, volume, directory, fs_group)
+            else:
+                continue
             mounts[mount.mount_path] = directory
         return mounts
+
+    def prepare_volumes(
+        self,
+        pod: kubernetes.client.V1Pod,
+        container: kubernetes.client.V1Container,
+        root: Path,
+    ) -> dict[str, Path]:
+        """Each volume the container mounts, as a directory under `root` by its name
+        (container mode: runc binds each at its mount path, outer ones first): ConfigMap
+        and Secret keys as files (`items`, modes and fsGroup honoured, as a kubelet writes
+        them); an emptyDir a tmpfs of its own that its sizeLimit bounds."""
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
+        dirs: dict[str, Path] = {}
+        for mount in container.volume_mounts or []:
+            volume = volumes.get(mount.name)
+            if volume is None or mount.name in dirs:
+                continue
+            directory = root / mount.name
+            if volume.empty_dir is not None:
+                source = self.api.sanitize_for_serialization(volume.empty_dir)
+                mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
+            elif volume.config_map or volume.secret or volume.projected:
+                self.fill_volume(pod, volume, directory, fs_group)
+            else:
+                continue
+            dirs[mount.name] = directory
+        return dirs
+
+    def fill_volume(
+        self,
+        pod: kubernetes.client.V1Pod,
+        volume: kubernetes.client.V1Volume,
+        directory: Path,
+        fs_group: int | None,
+    ) -> None:
+        """A ConfigMap, Secret or projected volume's files, as a kubelet writes them: the
+        keys (or `items`), each with its mode (the item's, else defaultMode, else 0644),
+        owned by root and fsGroup. A projected volume (the service-account token volume
+        the API server adds to a pod) gets each of its sources' files."""
+        directory.mkdir(parents=True, exist_ok=True)
+        source = volume.config_map or volume.secret or volume.projected
+        default = source.default_mode if source.default_mode is not None else 0o644
+        files: dict[str, tuple[bytes, int | None]] = {}
+        if volume.projected:
+            for part in volume.projected.sources or []:
+                files.update(self.projected_files(pod, part))
+        else:
+            data = self.volume_data(pod, volume.config_map, volume.secret)
+            files = {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        for relative, (content, mode) in files.items():
+            path = directory / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+            os.chown(path, 0, fs_group or 0)
+            path.chmod(mode if mode is not None else default)
+
+    def volume_data(
+        self,
+        pod: kubernetes.client.V1Pod,
+        config_map: Any,
+        secret: Any,
+    ) -> dict[str, bytes]:
+        """The keys of a ConfigMap or Secret (volume or projection source); none if missing."""
+        try:
+            if config_map:
+                found = self.core.read_namespaced_config_map(
+                    config_map.name, pod.metadata.namespace
+                )
+                return {k: v.encode() for k, v in (found.data or {}).items()}
+            found = self.core.read_namespaced_secret(
+                secret.secret_name if hasattr(secret, "secret_name") else secret.name,
+                pod.metadata.namespace,
+            )
+            return {k: base64.b64decode(v) for k, v in (found.data or {}).items()}
+        except ApiException as e:
+            log.warning("%s/%s: volume source: %s", *key_of(pod), e.reason)
+            return {}
+
+    @staticmethod
+    def items(source: Any, data: dict[str, bytes]) -> list[Any]:
+        """The `items` of a volume source that exist, else every key as a file of its name."""
+        if source.items:
+            return [i for i in source.items if i.key in data]
+        return [kubernetes.client.V1KeyToPath(key=k, path=k) for k in sorted(data)]
+
+    def projected_files(
+        self, pod: kubernetes.client.V1Pod, part: kubernetes.client.V1VolumeProjection
+    ) -> dict[str, tuple[bytes, int | None]]:
+        """The files of one source of a projected volume."""
+        if part.service_account_token:
+            return {part.service_account_token.path: (self.pod_token(pod).encode(), None)}
+        if part.config_map or part.secret:
+            source = part.config_map or part.secret
+            data = self.volume_data(pod, part.config_map, part.secret)
+            return {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for item in (part.downward_api.items if part.downward_api else None) or []:
+            field = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
+            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field))
+            if value is not None:
+                files[item.path] = (value.encode(), item.mode)
+        return files
 
     def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
         """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
@@ -277,14 +485,19 @@ class PodRunner:
                 (directory / key).chmod(0o400)
         return root
 
-    def pod_kubeconfig(self, pod: kubernetes.client.V1Pod, home: Path) -> Path:
-        """Credentials of the pod's own ServiceAccount, as a mounted token would give."""
-        account = pod.spec.service_account_name or "default"
+    def pod_token(self, pod: kubernetes.client.V1Pod) -> str:
+        """A token of the pod's own ServiceAccount, as a kubelet requests one for it."""
         request = self.core.create_namespaced_service_account_token(
-            account,
+            pod.spec.service_account_name or "default",
             pod.metadata.namespace,
             {"spec": {"expirationSeconds": 3600, "audiences": []}},
         )
+        return str(request.status.token)
+
+    def pod_kubeconfig(self, pod: kubernetes.client.V1Pod, home: Path) -> Path:
+        """Credentials of the pod's own ServiceAccount, as a mounted token would give."""
+        account = pod.spec.service_account_name or "default"
+        token = self.pod_token(pod)
         config = self.api.configuration
         kubeconfig = {
             "apiVersion": "v1",
@@ -298,7 +511,7 @@ class PodRunner:
                     },
                 }
             ],
-            "users": [{"name": account, "user": {"token": request.status.token}}],
+            "users": [{"name": account, "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "pod",
@@ -332,12 +545,21 @@ class PodRunner:
 
     def reap(self, key: tuple[str, str]) -> None:
         run = self.runs[key]
-        code = run.process.wait()
+        code = self.wait(key, run)
         with self.lock:
             self.runs.pop(key, None)
             stopped = key in self.stopped
             self.stopped.discard(key)
-        if not (stopped or self.stopping.is_set()) and run.pod.spec.restart_policy == "Always":
+            expired = key in self.expired
+            self.expired.discard(key)
+        oom = run.container is not None and run.container.oom.is_set()
+        if run.container is not None:
+            assert self.containers is not None
+            self.containers.remove(run.container)
+        elif (
+            not (stopped or expired or self.stopping.is_set())
+            and run.pod.spec.restart_policy == "Always"
+        ):
             # Its volumes stay, as a kubelet keeps a pod's emptyDirs across container
             # restarts (an operator's self-made certificate with them).
             log.info("%s/%s: exited %d; starting it again", *key, code)
@@ -351,14 +573,27 @@ class PodRunner:
             return  # stopped because the pod went away
         # Killed by a signal from outside (not for its pod's deletion): reported as a
         # kubelet does, 128 plus the signal's number.
-        self.report(key, 128 - code if code < 0 else code)
+        code = 128 - code if code < 0 else code
+        if expired:
+            self.report(key, code, "DeadlineExceeded", DEADLINE_MESSAGE)
+        else:
+            self.report(key, code, ended="OOMKilled" if oom else None)
 
-    def report(self, key: tuple[str, str], code: int) -> None:
-        """What a kubelet reports when the container exits."""
+    def report(
+        self,
+        key: tuple[str, str],
+        code: int,
+        reason: str | None = None,
+        message: str | None = None,
+        ended: str | None = None,
+    ) -> None:
+        """What a kubelet reports when the container exits: the pod's `reason` and
+        `message` when it stopped the pod itself (DeadlineExceeded), the container's
+        `ended` reason (OOMKilled; else Completed or Error by the exit code)."""
         namespace, name = key
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        phase = "Succeeded" if code == 0 else "Failed"
-        status = {
+        phase = "Succeeded" if code == 0 and not reason else "Failed"
+        status: dict[str, Any] = {
             "phase": phase,
             "conditions": [
                 {
@@ -378,16 +613,35 @@ class PodRunner:
                     "state": {
                         "terminated": {
                             "exitCode": code,
-                            "reason": "Completed" if code == 0 else "Error",
+                            "reason": ended or ("Completed" if code == 0 else "Error"),
                             "finishedAt": now,
                         }
                     },
                 }
             ],
         }
+        if reason:
+            status.update(reason=reason, message=message or reason)
         with contextlib.suppress(ApiException):
             self.core.patch_namespaced_pod_status(name, namespace, {"status": status})
-        log.info("%s/%s: exited %d -> %s", namespace, name, code, phase)
+        log.info("%s/%s: exited %d -> %s %s", namespace, name, code, phase, reason or ended or "")
+
+    def waiting(self, key: tuple[str, str], reason: str, message: str) -> None:
+        """A container that could not be created: waiting, with why (as a kubelet says)."""
+        status = {
+            "containerStatuses": [
+                {
+                    "name": "agent",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "agentworkers",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": reason, "message": message}},
+                }
+            ]
+        }
+        with contextlib.suppress(ApiException):
+            self.core.patch_namespaced_pod_status(key[1], key[0], {"status": status})
 
     def hold(self, pod: kubernetes.client.V1Pod) -> bool:
         """The runner's finalizer on `pod`; False if the pod is gone."""
@@ -421,15 +675,30 @@ class PodRunner:
             with self.lock:
                 self.stopped.add(key)
             log.info("%s/%s: pod deleted, stopping the process", *key)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.process.pid, signal.SIGTERM)
-            try:
-                run.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.process.pid, signal.SIGKILL)
-                run.process.wait()
+            self.terminate(run)
+        self.refused.discard(key)
         self.release(key)
+
+    def terminate(self, run: Run) -> None:
+        """SIGTERM, then SIGKILL after the pod's grace period; returns once it stopped."""
+        grace = run.pod.spec.termination_grace_period_seconds
+        grace = GRACE_SECONDS if grace is None else grace
+        if run.container is None:
+            grace = min(grace, 10)  # a local process: the operator's pods stop quickly
+        self.signal(run, signal.SIGTERM)
+        try:
+            run.process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.signal(run, signal.SIGKILL)
+            run.process.wait()
+
+    def signal(self, run: Run, sig: signal.Signals) -> None:
+        if run.container is not None:
+            assert self.containers is not None
+            self.containers.signal(run.container, sig.name.removeprefix("SIG"))
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.process.pid, sig)
 
     def shutdown(self) -> None:
         self.stopping.set()
@@ -437,6 +706,8 @@ class PodRunner:
             self.stop(key)
         for key in list(self.held):  # pods whose process ended on its own
             self.release(key)
+        if self.containers is not None:
+            self.containers.close()  # what the reaping threads had no time left to remove
 
 
 _write_lock = threading.Lock()
@@ -483,6 +754,26 @@ def main(argv: list[str] | None = None) -> int:
         "--pod-server",
         help="the API server URL the pods are given (default: the runner's own)",
     )
+    parser.add_argument(
+        "--containers",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get(CONTAINERS_ENV, "") not in ("", "0"),
+        help=f"run worker pods in containers (runc, root); default: ${CONTAINERS_ENV}",
+    )
+    parser.add_argument(
+        "--pids-limit",
+        type=int,
+        default=oci.DEFAULT_PIDS_LIMIT,
+        help="processes and threads a container may have (a kubelet's podPidsLimit)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="an endpoint every container may reach, besides its API server and its "
+        "config's model and MCP endpoints (as the chart's networkPolicy.endpoints)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s podrunner %(message)s")
     args.logs.mkdir(parents=True, exist_ok=True)
@@ -491,6 +782,8 @@ def main(argv: list[str] | None = None) -> int:
         args.namespace_prefix,
         args.logs,
         args.pod_server,
+        Runc(pids_limit=args.pids_limit) if args.containers else None,
+        tuple(args.allow),
     )
     signal.signal(signal.SIGTERM, lambda *_: runner.shutdown() or sys.exit(0))
     try:

@@ -370,10 +370,17 @@ def local_cluster() -> Cluster:
 
 @contextlib.contextmanager
 def pod_runner(
-    cluster: Cluster, namespace_prefix: str, logs: Path, pod_server: str | None = None
+    cluster: Cluster,
+    namespace_prefix: str,
+    logs: Path,
+    pod_server: str | None = None,
+    containers: bool | None = None,
+    *extra: str,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """hack/podrunner.py for the pods of namespaces starting with `namespace_prefix`;
-    `pod_server`: the API server URL the pods get (default: the cluster's own)."""
+    `pod_server`: the API server URL the pods get (default: the cluster's own);
+    `containers`: worker pods in containers (runc) or as local processes (None: as
+    $AGENTWORKERS_POD_CONTAINERS says, processes by default); `extra`: its other flags."""
     logs.mkdir(parents=True, exist_ok=True)
     with (logs / "podrunner.log").open("wb") as out:
         process = subprocess.Popen(
@@ -384,6 +391,12 @@ def pod_runner(
                 f"--namespace-prefix={namespace_prefix}",
                 f"--logs={logs}",
                 *([f"--pod-server={pod_server}"] if pod_server else []),
+                *(
+                    []
+                    if containers is None
+                    else ["--containers" if containers else "--no-containers"]
+                ),
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

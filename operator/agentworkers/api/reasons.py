@@ -59,6 +59,9 @@ MCP_SERVERS_CONNECTED: Final = "Connected"  # McpServersReady=True
 POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
 POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason
+# ... and the kubelet's words for why, taken as they are (one Warning Event each):
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"  # the pod outlived its activeDeadlineSeconds
+OOM_KILLED: Final = "OOMKilled"  # its container's memory limit killed it
 # The clocks (one Event each):
 IDLE_TIMEOUT: Final = "IdleTimeout"  # Done: Idle longer than idleTimeoutSeconds; pod freed
 TTL_EXPIRED: Final = "TTLExpired"  # deleted ttlSecondsAfterFinished after it finished

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentworkers import __version__
+from agentworkers.api import reasons
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
@@ -55,8 +56,9 @@ SIGNALS = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT"}
 
 def failure(pod: dict[str, Any]) -> tuple[str | None, str]:
     """Why a Failed pod failed: the kubelet's reason for the pod (Evicted,
-    DeadlineExceeded), if any, and what its container's end says, e.g. `container agent
-    exited 137 (SIGKILL): Error`."""
+    DeadlineExceeded), else OOMKilled when its container's memory limit killed it, if
+    either, and what its container's end says, e.g. `container agent exited 137
+    (SIGKILL): OOMKilled`."""
     status = pod.get("status") or {}
     if status.get("message"):
         return status.get("reason"), str(status["message"])
@@ -66,7 +68,9 @@ def failure(pod: dict[str, Any]) -> tuple[str | None, str]:
             code = ended.get("exitCode")
             signal = f" ({SIGNALS[code]})" if code in SIGNALS else ""
             why = f": {ended['reason']}" if ended.get("reason") else ""
-            return status.get("reason"), f"container {container['name']} exited {code}{signal}{why}"
+            oom = reasons.OOM_KILLED if ended.get("reason") == reasons.OOM_KILLED else None
+            said = f"container {container['name']} exited {code}{signal}{why}"
+            return status.get("reason") or oom, said
     return status.get("reason"), "the pod failed"
 
 

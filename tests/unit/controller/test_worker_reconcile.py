@@ -822,7 +822,7 @@ def test_a_config_names_its_model_source_once(model: dict[str, Any], message: st
                     }
                 ]
             },
-            (None, "container agent exited 137 (SIGKILL): OOMKilled"),
+            ("OOMKilled", "container agent exited 137 (SIGKILL): OOMKilled"),
         ),
         (
             {
@@ -830,6 +830,14 @@ def test_a_config_names_its_model_source_once(model: dict[str, Any], message: st
                 "message": "Pod was active on the node longer than the specified deadline",
             },
             ("DeadlineExceeded", "Pod was active on the node longer than the specified deadline"),
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {"name": "agent", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+                ]
+            },
+            (None, "container agent exited 1: Error"),
         ),
         ({}, (None, "the pod failed")),
     ],
@@ -865,7 +873,7 @@ def test_a_failure_is_announced_once_though_its_first_status_write_is_refused() 
     status = memory.find("workers", "w")["status"]  # type: ignore[index]
     assert status["phase"] == "Failed" and "OOMKilled" in status["error"]
     assert [(t, r) for n, t, r, _ in memory.events if n == "w" and t == "Warning"] == [
-        ("Warning", "PodFailed")
+        ("Warning", "OOMKilled")
     ]
 
 
