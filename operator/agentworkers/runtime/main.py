@@ -195,7 +195,36 @@ def verify_pin(storage: Storage, body: dict[str, Any]) -> None:
     verify_run_start(spec, annotation, status.binding, None, current)
 
 
+def _interruptible(call: Callable[[], T]) -> T:
+    """`call`, run on a thread of its own while the main thread waits for it in short
+    waits. A signal's Python handler runs only on the main thread, between two
+    bytecodes: had the main thread been in a long read itself (the Worker's watch), a
+    SIGTERM delivered to another thread would wait with that read, for minutes."""
+    outcome: list[tuple[bool, Any]] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # handed over to the main thread as it is
+            outcome.append((False, e))
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="serve", daemon=True).start()
+    while not done.wait(0.5):
+        pass
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
+    # SIGTERM (the pod is going away) ends the process from here on, whatever it is doing;
+    # the `finally` clauses still close the loop and flush the last report. A container's
+    # pid 1 with no handler would ignore it, to be killed only at the grace period's end.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     api = kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
     # The operator grants the runtime its Role right after creating the pod.
@@ -332,15 +361,14 @@ def _run_loop(
             "estimated": loop.estimated_tokens,
         }
     )
-    # SIGTERM (the pod is going away) ends the process, interrupting the watch; the
-    # `finally` below still closes the loop and flushes the last report.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     delivered = int((body.get("status") or {}).get("queriesDelivered") or 0)
     code = 0
     try:
         if spec.initial_message and delivered == 0:
             loop.send(inputs_note + spec.initial_message)
-        code = _serve(storage, namespace, name, spec, loop, reporter, finished, delivered)
+        code = _interruptible(
+            lambda: _serve(storage, namespace, name, spec, loop, reporter, finished, delivered)
+        )
     except LoopClosed:
         code = 1
     finally:
