@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import shutil
 import socket
@@ -304,6 +305,61 @@ def _secrets(a: str, namespace: str) -> None:
         "        print(e.status)\n"
     ).replace("api_namespace", repr(namespace))
     assert _python(a, code).split() == ["403", "403", "403"]
+
+
+def test_a_run_s_own_commands_fail_where_the_pod_says_and_the_run_goes_on(
+    cluster: Cluster, namespace: str, client: Client, containers: Path, tmp_path: Path
+) -> None:
+    """The same attempts, made by the agent itself: a scripted model calls run_command for
+    each, each comes back to it failed as the pod's spec says, and the run goes on to its
+    answer; the operator and another run are untouched."""
+    marker = tmp_path / "host-file"
+    marker.write_text("host")
+    _agent(cluster, namespace, worker={"sandboxSize": f"{SANDBOX_SIZE}Mi"})
+    with socket.create_server(("127.0.0.1", 0)) as unlisted:
+        attempts = {
+            "whoami": "id -u",
+            "root filesystem": "echo x > /etc/x",
+            "host file": f"cat {marker}",
+            "clock": "date -s 2001-01-01",
+            "sandbox size": f"dd if=/dev/zero of=fill bs=1M count={2 * SANDBOX_SIZE}; "
+            "s=$?; rm -f fill; exit $s",
+            "network": "python3 -c 'import socket; "
+            f'socket.create_connection(("127.0.0.1", {unlisted.getsockname()[1]}), timeout=3)\'',
+            "the model key": "env",
+        }
+        script: list[dict[str, Any]] = [
+            {"tool": "run_command", "args": {"command": line}} for line in attempts.values()
+        ]
+        client.spawn(
+            "bystander", WorkerSpec(agent="planner", initial_message="go", interactive=True)
+        )
+        client.spawn(
+            "agent",
+            WorkerSpec(agent="planner", initial_message="go", script=[*script, {"reply": "done"}]),
+        )
+        info = wait_until(
+            "agent to be Done",
+            lambda: (i := client.get("agent")).status.phase == "Done" and i,
+            timeout=120,
+        )
+    assert info.status.output == "done"
+    logs = cluster.kubectl("logs", "agent", "-n", namespace).stdout
+    events = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+    results = [e["payload"]["result"] for e in events if e["kind"] == "tool_result"]
+    said = dict(zip(attempts, results, strict=True))
+    assert said["whoami"]["exit_code"] == 0 and said["whoami"]["stdout"].strip() == "65532"
+    assert "Read-only file system" in said["root filesystem"]["stderr"]
+    assert "No such file" in said["host file"]["stderr"]
+    assert "Operation not permitted" in said["clock"]["stderr"]
+    assert "No space left on device" in said["sandbox size"]["stderr"]
+    assert "ConnectionRefusedError" in said["network"]["stderr"]
+    env = dict(line.split("=", 1) for line in said["the model key"]["stdout"].splitlines())
+    assert set(env) <= {"PATH", "HOME", "LANG", "TMPDIR", "PWD", "SHLVL", "_"}, env
+    for name, result in said.items():
+        if name not in ("whoami", "the model key"):
+            assert result["exit_code"] != 0, (name, result)
+    assert client.get("bystander").status.phase == "Idle"
 
 
 def test_a_run_past_its_memory_limit_ends_oomkilled_and_its_worker_says_so(
