@@ -74,7 +74,7 @@ from tests.model_servers import Call, Turn, openai_chunks  # noqa: E402
 from agentworkers.core.effective import EffectiveConfig  # noqa: E402
 from agentworkers.runtime.events import EventBus  # noqa: E402
 from agentworkers.runtime.loop import DONE, FAILED, AgentLoop  # noqa: E402
-from agentworkers.runtime.providers import OpenAIChat  # noqa: E402
+from agentworkers.runtime.providers.openai_chat import OpenAIChat  # noqa: E402
 from agentworkers.runtime.tools import Sandbox, Toolbox  # noqa: E402
 
 PROMPT_TOKENS = 100

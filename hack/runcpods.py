@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import image as built  # hack/image.py: the Dockerfile's image, built here
 import oci
 import podnet
 from localcluster import alive
@@ -48,8 +49,6 @@ class Image:
 
 def image() -> Image:
     """The project's image, built from the Dockerfile (hack/image.py, cached)."""
-    import image as built  # noqa: PLC0415 (hack/image.py, beside this module)
-
     found = built.ensure_image()
     config = found.config
     return Image(Path(found.rootfs), config.get("config", config))

@@ -25,11 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from mcp import Client, types
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from typing import TYPE_CHECKING, Any
 
 from agentworkers import __version__
 from agentworkers.api.agentconfig import McpServer
@@ -37,6 +33,9 @@ from agentworkers.api.names import mcp_tool_name
 from agentworkers.api.worker import MAX_MCP_STATUS_TOOLS, MAX_REASON_BYTES, McpServerStatus
 from agentworkers.core.pods import SECRETS_DIR
 from agentworkers.runtime.tools import Tool, ToolError
+
+if TYPE_CHECKING:  # the SDK is imported by the runs that connect (60 MB, half a second)
+    from mcp import Client, types
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +228,10 @@ class McpServers:
 
     async def _session(self, connection: Connection, ready: asyncio.Future[None]) -> None:
         """Hold one server's session open until the run ends (or it breaks)."""
+        from mcp import Client, types  # noqa: PLC0415 (see the imports)
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+        from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
+
         server = connection.server
         try:
             headers = self._headers(server)
@@ -269,6 +272,8 @@ class McpServers:
         connection.tools = tools
 
     async def _on_message(self, connection: Connection, message: Any) -> None:
+        from mcp import types  # noqa: PLC0415 (see the imports)
+
         if isinstance(message, types.ToolListChangedNotification):
             # Listed on a task of its own: the session's reader is not kept waiting.
             task = asyncio.create_task(self._relist(connection))

@@ -17,7 +17,7 @@ from bench.fault_model_endpoint import (
 )
 
 from agentworkers.runtime.models import Message, ModelError, Params
-from agentworkers.runtime.providers import OpenAIChat
+from agentworkers.runtime.providers.openai_chat import OpenAIChat
 
 
 @pytest.fixture

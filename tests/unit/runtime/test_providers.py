@@ -16,9 +16,9 @@ from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.loop import FAILED, AgentLoop, ModelRefused, ReplyCut
 from agentworkers.runtime.models import Message, ModelClient, ModelError, Params, ToolCall
-from agentworkers.runtime.providers import AnthropicMessages, OpenAIChat, client_for
-from agentworkers.runtime.providers.anthropic_messages import conversation
-from agentworkers.runtime.providers.openai_chat import limit_field
+from agentworkers.runtime.providers import client_for
+from agentworkers.runtime.providers.anthropic_messages import AnthropicMessages, conversation
+from agentworkers.runtime.providers.openai_chat import OpenAIChat, limit_field
 from agentworkers.runtime.tools import Sandbox, Toolbox
 from tests.model_servers import SIGNATURE, Call, ModelServer, Turn
 

@@ -14,11 +14,9 @@ from typing import Any, assert_never
 
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.models import ModelClient
-from agentworkers.runtime.providers.anthropic_messages import AnthropicMessages
-from agentworkers.runtime.providers.openai_chat import OpenAIChat
 from agentworkers.runtime.providers.scripted import ScriptedModel, parse_script
 
-__all__ = ["AnthropicMessages", "OpenAIChat", "ScriptedModel", "client_for", "parse_script"]
+__all__ = ["ScriptedModel", "client_for", "parse_script"]
 
 
 def client_for(
@@ -28,11 +26,18 @@ def client_for(
     timeout: float = 120.0,
 ) -> ModelClient:
     """The run's one client for its configuration's provider (the key read from the
-    api-key Secret; a script for ``scripted``)."""
+    api-key Secret; a script for ``scripted``). Only the chosen driver's SDK is
+    imported: each costs a pod 20 to 50 MB and up to a second of its start."""
     match config.provider:
         case "openai":
+            from agentworkers.runtime.providers.openai_chat import OpenAIChat  # noqa: PLC0415
+
             return OpenAIChat(config.base_url, api_key, config.model, timeout)
         case "anthropic":
+            from agentworkers.runtime.providers.anthropic_messages import (  # noqa: PLC0415
+                AnthropicMessages,
+            )
+
             return AnthropicMessages(config.base_url, api_key, config.model, timeout)
         case "scripted":
             if script is None:
