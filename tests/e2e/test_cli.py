@@ -341,7 +341,8 @@ def test_profiles_and_revisions(cluster: Cluster, namespace: str) -> None:
     assert [(r["revision"], r["active"]) for r in revisions] == [(1, False), (2, True)]
     assert revisions[0]["digest"] != revisions[1]["digest"]
     table = cli(cluster, namespace, "revisions").stdout.splitlines()
-    assert table[0].split() == ["NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE"]
+    header = ["NAME", "REVISION", "DIGEST", "PROFILES", "ACTIVE", "AGE", "APPLIED", "BY"]
+    assert table[0].split() == header
     assert table[2].split()[:5] == ["planner-r2", "2", revisions[1]["digest"][:12], "3", "yes"]
 
     diff = cli_json(cluster, namespace, "profiles", "diff", "1", "planner-r2")

@@ -295,7 +295,12 @@ def test_with_the_webhook_down_a_bad_profile_gets_a_condition_and_an_event(
             "status", {}
         )
         ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
-        return ready if ready and ready["status"] == "False" else None
+        # Settling (the change waits for the rest of its change set) comes first.
+        return (
+            ready
+            if ready and ready["status"] == "False" and ready["reason"] != "Settling"
+            else None
+        )
 
     ready = wait_until("the AgentConfig to report the bad profile", refused_condition)
     assert ready["reason"] == "InvalidProfile"
