@@ -129,8 +129,15 @@ def test_a_parent_hands_a_file_to_its_children_within_their_profiles(
     assert files.spec.kind == "dynamic"
     assert [i.name for i in files.spec.inputs] == ["plan.md"]
     assert files.status.output == "read the plan"
-    read = [e.summary for e in files.status.recent_events if e.kind == "tool_result"]
-    assert any("step one: gather the sources" in r for r in read), read
+    # The run's events reach its status in batches: the last may land just after Done.
+    wait_until(
+        "kid-files's read of its input in its events",
+        lambda: any(
+            e.kind == "tool_result" and "step one: gather the sources" in e.summary
+            for e in client.get("kid-files").status.recent_events
+        ),
+        timeout=30,
+    )
     # ... and inline, in the first message.
     assert _done(client, "kid-inline").status.output == "saw the plan inline"
 
