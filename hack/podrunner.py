@@ -290,18 +290,7 @@ class PodRunner:
         effective = yaml.safe_load(env.get("AGENTWORKERS_EFFECTIVE_CONFIG") or "{}") or {}
         if effective.get("baseURL"):
             urls.append(effective["baseURL"])
-        servers = set(effective.get("mcpServers") or [])
-        agent = (pod.metadata.labels or {}).get("agentworkers.io/agent")
-        if servers and agent:
-            with contextlib.suppress(ApiException):
-                config = kubernetes.client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                    "agentworkers.io", "v1alpha1", pod.metadata.namespace, "agentconfigs", agent
-                )
-                urls += [
-                    s["url"]
-                    for s in config["spec"].get("mcpServers") or []
-                    if s.get("url") and s.get("name") in servers
-                ]
+        urls += [s["url"] for s in effective.get("mcpServers") or [] if s.get("url")]
         found = []
         for url in urls:
             try:
