@@ -116,13 +116,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         step("Operator and local pod runner")
+        containers = in_containers()
         with (
             Operator.start(cluster, workdir, f"--namespace={NAMESPACE}") as operator,
-            pod_runner(cluster, NAMESPACE, workdir / "pods", None, in_containers()) as runner,
+            pod_runner(cluster, NAMESPACE, workdir / "pods", None, containers) as runner,
         ):
+            where = (
+                "in runc containers from the image hack/image.py builds"
+                if containers
+                else "as local processes (containers need root, runc and nftables)"
+            )
             print(
                 f"operator pid {operator.process.pid}, metrics {operator.metrics_url}; "
-                f"pod runner pid {runner.pid}"
+                f"pod runner pid {runner.pid}: workers run {where}"
             )
             return demo(cluster, kubectl)
 
