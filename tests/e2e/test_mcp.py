@@ -123,7 +123,14 @@ def test_a_run_calls_an_mcp_tool_and_gets_the_server_s_real_answer(
     assert "s3cret-token" not in json.dumps(pod)
     mcp_events = [e for e in _lines(cluster, namespace, "asker") if e["kind"] == "mcp_server"]
     assert [e["payload"]["state"] for e in mcp_events] == ["Connected"]
-    ready = next(c for c in info.status.conditions if c.type == "McpServersReady")
+    # The operator derives the condition from the run's report, which may come after Done.
+    ready = wait_until(
+        "the operator's McpServersReady condition",
+        lambda: next(
+            (c for c in client.get("asker").status.conditions if c.type == "McpServersReady"),
+            None,
+        ),
+    )
     assert (ready.status, ready.reason) == ("True", "Connected")
 
     # explain shows the server and the tools the run got.
