@@ -25,8 +25,10 @@ exit codes:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,6 +97,7 @@ def _operator(args: argparse.Namespace) -> int:
         log_format=kopf.LogFormat[args.log_format.upper()],
         log_refkey="object",
     )
+    _log_uncaught()
     kopf_fixes.apply(options.namespaces)
     collector.install()
     if not args.verbose:
@@ -110,6 +113,22 @@ def _operator(args: argparse.Namespace) -> int:
         memo=kopf.Memo(options=options),
     )
     return 0
+
+
+def _log_uncaught() -> None:
+    """A fault outside kopf's tasks (a thread's, a finaliser's) goes to the log in its
+    format: Python's own hooks print it raw on stderr, lines a JSON log reader rejects."""
+    logger = logging.getLogger("agentworkers")
+
+    def thread_fault(a: threading.ExceptHookArgs) -> None:
+        name = a.thread.name if a.thread else "?"
+        logger.error("thread %s failed", name, exc_info=a.exc_value)
+
+    def unraisable(u: sys.UnraisableHookArgs) -> None:
+        logger.error("%s: %r", u.err_msg or "Exception ignored in", u.object, exc_info=u.exc_value)
+
+    threading.excepthook = thread_fault
+    sys.unraisablehook = unraisable
 
 
 def _worker_defaults(path: Path | None) -> WorkerPod:

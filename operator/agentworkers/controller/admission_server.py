@@ -21,6 +21,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -165,6 +166,15 @@ class _Server(http.server.ThreadingHTTPServer):
         except (OSError, ssl.SSLError):
             return
         super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints the traceback raw on stderr, a line no log reader can parse;
+        # an API server that hung up (its review timed out) is not our fault.
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError, ssl.SSLError)):
+            log.debug("admission client %s went away: %r", client_address, error)
+        else:
+            log.exception("admission request from %s failed", client_address)
 
 
 class ThreadedWebhookServer(kopf.WebhookServer):

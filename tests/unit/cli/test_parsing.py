@@ -231,3 +231,28 @@ def test_every_flag_says_what_it_does() -> None:
         if action.option_strings and not action.help and parser.prog != "agentworkers run"
     ]
     assert not missing, missing
+
+
+def test_the_operator_logs_a_thread_s_fault_rather_than_printing_it_raw(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    import threading  # noqa: PLC0415
+
+    from agentworkers.cli.main import _log_uncaught  # noqa: PLC0415
+
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    _log_uncaught()
+
+    def fail() -> None:
+        raise RuntimeError("boom")
+
+    thread = threading.Thread(target=fail, name="faulty")
+    thread.start()
+    thread.join()
+    assert "Traceback" not in capfd.readouterr().err
+    [record] = [r for r in caplog.records if r.name == "agentworkers"]
+    assert record.getMessage() == "thread faulty failed"
+    assert record.exc_info and record.exc_info[1] is not None

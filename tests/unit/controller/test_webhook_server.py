@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import ssl
+import struct
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -156,3 +159,46 @@ def test_readyz_says_whether_the_checks_can_answer(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert codes == [503, 200]
+
+
+def test_an_api_server_that_hangs_up_leaves_no_raw_traceback_on_stderr(
+    tmp_path: Path, capfd: Any, caplog: Any
+) -> None:
+    """The operator logs JSON lines; socketserver would print a client's reset connection
+    as a bare traceback on stderr (a review the API server gave up on)."""
+    options = Options(webhook_port=_port(), tls_dir=tmp_path)
+    answered = threading.Event()
+
+    def slow(review: Review, warnings: list[str]) -> None:
+        time.sleep(0.5)  # the client resets the connection meanwhile
+        answered.set()
+
+    server = options.webhook_server({"worker": slow})
+    context = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+
+    async def run() -> None:
+        stream = server(None)
+        url = urllib.parse.urlsplit(dict(await anext(stream))["url"])
+
+        def hang_up() -> None:
+            raw = socket.create_connection((url.hostname, url.port))
+            tls = context.wrap_socket(raw, server_hostname=url.hostname)
+            body = _review("u1", "fine")
+            tls.sendall(
+                b"POST /worker HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            # An RST rather than a FIN: the server's write of its answer fails.
+            tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            tls.close()
+
+        await asyncio.to_thread(hang_up)
+        assert await asyncio.to_thread(answered.wait, 5)
+        await asyncio.sleep(0.5)  # the write, and its failure
+        await stream.aclose()
+
+    with caplog.at_level(logging.DEBUG, logger="agentworkers.controller.admission_server"):
+        asyncio.run(run())
+    assert "Traceback" not in capfd.readouterr().err
+    assert any("went away" in r.getMessage() for r in caplog.records)
