@@ -9,20 +9,11 @@
 # run finds the binaries and returns at once.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=golib.sh
+source "$(dirname "$0")/golib.sh" build-binaries
 
-cache=${AGENTWORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentworkers}
 bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
-work="$cache/build"
 mkdir -p "$bin" "$work"
-
-# A too-new module must fail fast rather than download another toolchain.
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-export GOCACHE=${GOCACHE:-$cache/go-build} GOMODCACHE=${GOMODCACHE:-$cache/go-mod}
-
-log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have_all() {
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do

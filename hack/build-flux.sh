@@ -11,20 +11,11 @@
 # second run finds the binaries and returns at once.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=golib.sh
+source "$(dirname "$0")/golib.sh" build-flux
 
-cache=${AGENTWORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentworkers}
 bin="$cache/bin/flux-source-$FLUX_SOURCE_CONTROLLER_VERSION-kustomize-$FLUX_KUSTOMIZE_CONTROLLER_VERSION"
-work="$cache/build"
 mkdir -p "$bin" "$work"
-
-# A too-new module must fail fast rather than download another toolchain.
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-export GOCACHE=${GOCACHE:-$cache/go-build} GOMODCACHE=${GOMODCACHE:-$cache/go-mod}
-
-log() { printf '[build-flux %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have_all() {
   [ -x "$bin/source-controller" ] && [ -x "$bin/kustomize-controller" ] && [ -s "$bin/crds.yaml" ]

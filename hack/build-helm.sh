@@ -8,23 +8,15 @@
 # run finds the binary and returns at once. Bumping HELM_VERSION builds the new one beside it.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=golib.sh
+source "$(dirname "$0")/golib.sh" build-helm
 
-cache=${AGENTWORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentworkers}
 bin="$cache/bin/helm-$HELM_VERSION"
-
-log() { printf '[build-helm %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 if [ -x "$bin/helm" ]; then
   echo "$bin"
   exit 0
 fi
-
-# A too-new module must fail fast rather than download another toolchain.
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-export GOCACHE=${GOCACHE:-$cache/go-build} GOMODCACHE=${GOMODCACHE:-$cache/go-mod}
 
 major=${HELM_VERSION%%.*}          # v4.3.2 -> v4
 module="helm.sh/helm/$major"

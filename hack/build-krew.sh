@@ -5,11 +5,9 @@
 #   hack/build-krew.sh            # prints the bin directory (holding `krew`) on the last line
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
-source "$here/versions.env"
+# shellcheck source=golib.sh
+source "$(dirname "$0")/golib.sh" build-krew
 
-cache=${AGENTWORKERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agentworkers}
 bin="$cache/bin/krew-$KREW_VERSION"
 
 if [ -x "$bin/krew" ]; then
@@ -17,9 +15,7 @@ if [ -x "$bin/krew" ]; then
   exit 0
 fi
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-export GOCACHE=${GOCACHE:-$cache/go-build} GOMODCACHE=${GOMODCACHE:-$cache/go-mod}
 mkdir -p "$bin"
-printf '[build-krew %s] building krew %s from sigs.k8s.io/krew\n' "$(date +%H:%M:%S)" "$KREW_VERSION" >&2
+log "building krew $KREW_VERSION from sigs.k8s.io/krew"
 GOBIN="$bin" go install "sigs.k8s.io/krew/cmd/krew@$KREW_VERSION"
 echo "$bin"
