@@ -167,11 +167,11 @@ def test_an_api_server_that_hangs_up_leaves_no_raw_traceback_on_stderr(
     """The operator logs JSON lines; socketserver would print a client's reset connection
     as a bare traceback on stderr (a review the API server gave up on)."""
     options = Options(webhook_port=_port(), tls_dir=tmp_path)
-    answered = threading.Event()
+    checking, reset = threading.Event(), threading.Event()
 
     def slow(review: Review, warnings: list[str]) -> None:
-        time.sleep(0.5)  # the client resets the connection meanwhile
-        answered.set()
+        checking.set()
+        reset.wait(5)  # the client resets the connection meanwhile
 
     server = options.webhook_server({"worker": slow})
     context = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
@@ -189,13 +189,14 @@ def test_an_api_server_that_hangs_up_leaves_no_raw_traceback_on_stderr(
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
+            assert checking.wait(5)
             # An RST rather than a FIN: the server's write of its answer fails.
             tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             tls.close()
+            reset.set()
 
         await asyncio.to_thread(hang_up)
-        assert await asyncio.to_thread(answered.wait, 5)
-        await asyncio.sleep(0.5)  # the write, and its failure
+        await asyncio.sleep(1)  # the write, and its failure
         await stream.aclose()
 
     with caplog.at_level(logging.DEBUG, logger="agentworkers.controller.admission_server"):
