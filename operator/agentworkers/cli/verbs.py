@@ -42,15 +42,8 @@ from agentworkers.cli.render import (
     watch_row,
     worker_rows,
 )
-from agentworkers.client import (
-    Client,
-    KillResult,
-    NotFoundError,
-    WorkerFilter,
-    WorkerFinishedError,
-    WorkerInfo,
-    kill_outcome,
-)
+from agentworkers.client import Client, NotFoundError, WorkerFilter, WorkerInfo, kill_outcome
+from agentworkers.client.selection import kill_result, nothing_to_kill
 from agentworkers.core.inputs import encode as encode_input
 from agentworkers.errors import InvalidInputError
 from agentworkers.errors import describe as describe_invalid
@@ -359,13 +352,10 @@ def _kill_names(client: Client, args: argparse.Namespace, out: Output, dry: bool
         info = client.get(name)
         outcome = kill_outcome(info)
         if outcome == "finished":
-            raise WorkerFinishedError(
-                f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
-            )
+            raise nothing_to_kill(info)
         if not dry:
             info = client.kill(name, reason=args.reason, by=args.by)
-        reason = info.spec.kill.reason if info.spec.kill else args.reason.strip() or "killed"
-        result = KillResult(info.name, info.namespace, outcome, info.phase, reason, dry)
+        result = kill_result(info, outcome, args.reason, dry)
         text = kill_lines([result])
         out.show(result if dry else info, lambda: text)  # noqa: B023 (called at once)
     return 0
