@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,21 @@ def test_the_same_script_everywhere(kind: str) -> None:
     section = re.search(rf"### {re.escape(key)}\n+```lua\n(.*?)```", doc, re.S)
     assert section, f"docs/gitops.md has no Lua block for {key}"
     assert section.group(1).strip() == script(kind).strip()
+
+
+def test_the_checks_are_as_their_templates_render_them() -> None:
+    """One source: hack/argocd-health/ renders health.lua, the argocd-cm patch and the doc."""
+    sys.path.insert(0, str(REPO / "hack"))
+    try:
+        import argocd_health  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(REPO / "hack"))
+    stale = sorted(
+        str(path.relative_to(REPO))
+        for path, text in argocd_health.rendered().items()
+        if path.read_text() != text
+    )
+    assert not stale, f"edited by hand? render: python hack/argocd_health.py ({stale})"
 
 
 # --- the scripts, run -------------------------------------------------------------
