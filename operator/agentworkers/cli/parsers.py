@@ -58,15 +58,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\nSee '{self.prog} --help' for usage.\n")
 
 
-def phases_from(text: str) -> frozenset[str]:
-    """--wait's phases, each with the phases that come after it."""
-    wanted: set[str] = set()
+def _phases(text: str) -> list[str]:
+    """The phases a comma-separated list names, in any case."""
+    found = []
     for word in filter(None, (w.strip() for w in text.split(","))):
         phase = word.capitalize()
         if phase not in PHASES:
             raise argparse.ArgumentTypeError(
                 f"unknown phase {word!r} (choose from {', '.join(PHASES)})"
             )
+        found.append(phase)
+    return found
+
+
+def phases_from(text: str) -> frozenset[str]:
+    """--wait's phases, each with the phases that come after it."""
+    wanted: set[str] = set()
+    for phase in _phases(text):
         wanted.add(phase)
         if phase in PHASE_ORDER:
             wanted.update(PHASE_ORDER[PHASE_ORDER.index(phase) :])
@@ -75,17 +83,10 @@ def phases_from(text: str) -> frozenset[str]:
 
 def phase_set(text: str) -> frozenset[str]:
     """--phase: these phases exactly (comma-separated, any case)."""
-    found = set()
-    for word in filter(None, (w.strip() for w in text.split(","))):
-        phase = word.capitalize()
-        if phase not in PHASES:
-            raise argparse.ArgumentTypeError(
-                f"unknown phase {word!r} (choose from {', '.join(PHASES)})"
-            )
-        found.add(phase)
+    found = frozenset(_phases(text))
     if not found:
         raise argparse.ArgumentTypeError("expected a phase, e.g. Running or Done,Failed")
-    return frozenset(found)
+    return found
 
 
 def all_namespaces_flag(p: argparse.ArgumentParser) -> None:
