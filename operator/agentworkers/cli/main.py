@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentworkers import __version__
-from agentworkers.cli.parsers import Parser, UsageError, add_globals, add_verbs, parsed_defaults
+from agentworkers.cli.parsers import Parser, UsageError, add_globals, parsed_defaults
+from agentworkers.cli.verb_parsers import add_verbs
 
 if TYPE_CHECKING:
     from agentworkers.api.agentconfig import WorkerPod
