@@ -575,22 +575,13 @@ class PodRunner:
                     "lastTransitionTime": now,
                 }
             ],
-            "containerStatuses": [
-                {
-                    "name": "agent",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "agentworkers",
-                    "imageID": "",
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": ended or ("Completed" if code == 0 else "Error"),
-                            "finishedAt": now,
-                        }
-                    },
+            "containerStatuses": container_statuses(
+                terminated={
+                    "exitCode": code,
+                    "reason": ended or ("Completed" if code == 0 else "Error"),
+                    "finishedAt": now,
                 }
-            ],
+            ),
         }
         if reason:
             status.update(reason=reason, message=message or reason)
@@ -601,16 +592,7 @@ class PodRunner:
     def waiting(self, key: tuple[str, str], reason: str, message: str) -> None:
         """A container that could not be created: waiting, with why (as a kubelet says)."""
         status = {
-            "containerStatuses": [
-                {
-                    "name": "agent",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "agentworkers",
-                    "imageID": "",
-                    "state": {"waiting": {"reason": reason, "message": message}},
-                }
-            ]
+            "containerStatuses": container_statuses(waiting={"reason": reason, "message": message})
         }
         with contextlib.suppress(ApiException):
             self.core.patch_namespaced_pod_status(key[1], key[0], {"status": status})
@@ -683,6 +665,21 @@ class PodRunner:
 
 
 _write_lock = threading.Lock()
+
+
+def container_statuses(**state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's one container, not ready, in `state` (waiting or terminated), as a kubelet
+    reports it."""
+    return [
+        {
+            "name": "agent",
+            "ready": False,
+            "restartCount": 0,
+            "image": "agentworkers",
+            "imageID": "",
+            "state": state,
+        }
+    ]
 
 
 def key_of(pod: kubernetes.client.V1Pod) -> tuple[str, str]:
