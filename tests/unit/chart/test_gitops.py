@@ -10,12 +10,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+import argocd_health
 
 REPO = Path(__file__).resolve().parents[3]
 GITOPS = REPO / "examples" / "gitops"
@@ -47,11 +48,6 @@ def test_the_same_script_everywhere(kind: str) -> None:
 
 def test_the_checks_are_as_their_templates_render_them() -> None:
     """One source: hack/argocd-health/ renders health.lua, the argocd-cm patch and the doc."""
-    sys.path.insert(0, str(REPO / "hack"))
-    try:
-        import argocd_health  # noqa: PLC0415
-    finally:
-        sys.path.remove(str(REPO / "hack"))
     stale = sorted(
         str(path.relative_to(REPO))
         for path, text in argocd_health.rendered().items()
