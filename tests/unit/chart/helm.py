@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from tests.builds import built, versions
+
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agentworkers"
 VALUE_SETS_DIR = CHART / "ci"
@@ -49,17 +51,7 @@ def helm_binary() -> Path:
 
 
 def _cached_helm() -> Path | None:
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    cache_dir = Path(
-        os.environ.get("AGENTWORKERS_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentworkers"
-    )
-    found = cache_dir / "bin" / f"helm-{versions.get('HELM_VERSION', '')}" / "helm"
-    return found if found.exists() else None
+    return built(f"helm-{versions().get('HELM_VERSION', '')}", "helm")
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
