@@ -181,15 +181,8 @@ def test_pod_security_restricted_refuses_a_privileged_pod(cluster: Cluster, name
     cluster.kubectl(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
-    refused = cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin=json.dumps(pod("privileged", container={"securityContext": {"privileged": True}})),
-        check=False,
-    )
+    privileged = pod("privileged", container={"securityContext": {"privileged": True}})
+    refused = cluster.apply(namespace, privileged, check=False)
     assert refused.returncode != 0
     assert 'violates PodSecurity "restricted' in refused.stderr
     assert "privileged" in refused.stderr

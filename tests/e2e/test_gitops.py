@@ -5,7 +5,6 @@ it start), kstatus conditions say what an engine must know."""
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -92,9 +91,7 @@ def _kubectl_apply_all(cluster: Cluster, namespace: str, objects: list[dict[str,
     first: the worst case for a revision that must hold them all). Its start time."""
     ordered = sorted(objects, key=lambda o: (o["kind"] != "AgentConfig", o["metadata"]["name"]))
     started = time.monotonic()
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in ordered)
-    )
+    cluster.apply(namespace, *ordered)
     return started
 
 
