@@ -56,6 +56,14 @@ def _synced(cluster: Cluster, namespace: str, sha: str, flux: Flux) -> dict[str,
     return dict(get(cluster, "ac", "planner", namespace)["status"]["activeRevision"])
 
 
+def _installed(cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo) -> dict[str, Any]:
+    """The first commit, synced by a new GitRepository and Kustomization: the AgentConfig's
+    active revision then."""
+    sha = repo.commit("agents: planner and its profiles")
+    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
+    return _synced(cluster, namespace, sha, flux)
+
+
 def _edit(path: Path, change: Any) -> None:
     body = yaml.safe_load(path.read_text())
     change(body)
@@ -140,9 +148,7 @@ def _drop_translator(staging: Path) -> None:
 def test_a_git_revert_brings_back_the_revision_and_the_bound_child_runs(
     cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo
 ) -> None:
-    sha = repo.commit("agents: planner and its profiles")
-    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
-    first = _synced(cluster, namespace, sha, flux)
+    first = _installed(cluster, namespace, flux, repo)
     cluster.apply(namespace, _worker("parent", initialMessage="plan the work"))
     phase(cluster, namespace, "parent", "Running")
     cluster.apply(namespace, _worker("child", parent="parent", profile="researcher", suspend=True))
@@ -168,9 +174,7 @@ def test_a_git_revert_brings_back_the_revision_and_the_bound_child_runs(
 def test_a_bad_commit_fails_the_sync_with_the_admission_message(
     cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo
 ) -> None:
-    sha = repo.commit("agents: planner and its profiles")
-    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
-    good = _synced(cluster, namespace, sha, flux)
+    good = _installed(cluster, namespace, flux, repo)
     before = {
         name: copy.deepcopy(get(cluster, "vap", name, namespace)["spec"])
         for name in ("planner-researcher", "planner-translator")

@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.builds import built, versions
@@ -48,6 +49,14 @@ def helm_binary() -> Path:
     if result.returncode != 0:
         raise HelmUnavailable("hack/build-helm.sh failed (its output is above)")
     return Path(result.stdout.strip().splitlines()[-1]) / "helm"
+
+
+def helm_or_skip() -> None:
+    """Skip the test when helm cannot be had (built on first use)."""
+    try:
+        helm_binary()
+    except HelmUnavailable as e:
+        pytest.skip(str(e))
 
 
 def _cached_helm() -> Path | None:
