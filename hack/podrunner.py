@@ -191,7 +191,7 @@ class PodRunner:
         else:
             sandbox = Path(tempfile.mkdtemp(prefix=f"aw-sandbox-{name}-"))
             home = Path(tempfile.mkdtemp(prefix=f"aw-pod-{name}-"))
-        mounts = self.mount_volumes(pod, container, home / "volumes", sandbox)
+        mounts = self.make_volumes(pod, container, home / "volumes", sandbox)
         env = {e.name: self.env_value(pod, e) for e in container.env or []}
         env = {k: local(v, mounts, pod) for k, v in env.items() if v is not None}
         command = [local(arg, mounts, pod) for arg in command]
@@ -221,7 +221,7 @@ class PodRunner:
         made = self.containers.create()
         root = made.bundle / "volumes"
         try:
-            made_dirs = self.prepare_volumes(pod, pod.spec.containers[0], root)
+            made_dirs = self.make_volumes(pod, pod.spec.containers[0], root)
             dirs = {name: str(path) for name, path in made_dirs.items()}
             env = {e.name: self.env_value(pod, e) for e in pod.spec.containers[0].env or []}
             env = {k: v for k, v in env.items() if v is not None}
@@ -312,68 +312,51 @@ class PodRunner:
         }
         return fields.get(var.value_from.field_ref.field_path)
 
-    def mount_volumes(
+    def make_volumes(
         self,
         pod: kubernetes.client.V1Pod,
         container: kubernetes.client.V1Container,
         root: Path,
-        sandbox: Path,
+        sandbox: Path | None = None,
     ) -> dict[str, Path]:
-        """Each mounted emptyDir, ConfigMap, Secret and projected volume as a local
-        directory, by the mount path the container sees (process mode). The emptyDir at
-        the working directory is `sandbox`; a mount inside another mount (a skill's
-        ConfigMap inside the sandbox) is made inside that one's directory."""
+        """Each emptyDir, ConfigMap, Secret and projected volume the container mounts, as a
+        local directory: ConfigMap and Secret keys as files (`items`, modes and fsGroup
+        honoured, as a kubelet writes them).
+
+        Container mode (no `sandbox`): a directory under `root` per volume, by its name
+        (runc binds each at its mount path, outer ones first); an emptyDir is a tmpfs of
+        its own that its sizeLimit bounds. Process mode: by the mount path the container
+        sees; the emptyDir at the working directory is `sandbox`; a mount inside another
+        mount (a skill's ConfigMap inside the sandbox) is made inside that one's directory.
+        """
         volumes = {v.name: v for v in pod.spec.volumes or []}
         fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
-        mounts: dict[str, Path] = {}
+        made: dict[str, Path] = {}
+        # Outer mounts first: an inner one is made inside the outer one's directory.
         for mount in sorted(container.volume_mounts or [], key=lambda m: len(m.mount_path)):
             volume = volumes.get(mount.name)
-            if volume is None:
+            key = mount.name if sandbox is None else mount.mount_path
+            if volume is None or key in made:
                 continue
-            outer = [p for p in mounts if mount.mount_path.startswith(p.rstrip("/") + "/")]
-            if volume.empty_dir is not None and mount.mount_path == container.working_dir:
-                directory = sandbox
-            elif outer:
-                enclosing = max(outer, key=len)
-                directory = mounts[enclosing] / os.path.relpath(mount.mount_path, enclosing)
-            else:
-                directory = root / mount.name
-            if volume.empty_dir is not None:
+            directory = root / mount.name
+            if sandbox is not None:
+                outer = [p for p in made if mount.mount_path.startswith(p.rstrip("/") + "/")]
+                if volume.empty_dir is not None and mount.mount_path == container.working_dir:
+                    directory = sandbox
+                elif outer:
+                    enclosing = max(outer, key=len)
+                    directory = made[enclosing] / os.path.relpath(mount.mount_path, enclosing)
+            if volume.empty_dir is not None and sandbox is None:
+                source = self.api.sanitize_for_serialization(volume.empty_dir)
+                mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
+            elif volume.empty_dir is not None:
                 directory.mkdir(parents=True, exist_ok=True)
             elif volume.config_map or volume.secret or volume.projected:
                 self.fill_volume(pod, volume, directory, fs_group)
             else:
                 continue
-            mounts[mount.mount_path] = directory
-        return mounts
-
-    def prepare_volumes(
-        self,
-        pod: kubernetes.client.V1Pod,
-        container: kubernetes.client.V1Container,
-        root: Path,
-    ) -> dict[str, Path]:
-        """Each volume the container mounts, as a directory under `root` by its name
-        (container mode: runc binds each at its mount path, outer ones first): ConfigMap
-        and Secret keys as files (`items`, modes and fsGroup honoured, as a kubelet writes
-        them); an emptyDir a tmpfs of its own that its sizeLimit bounds."""
-        volumes = {v.name: v for v in pod.spec.volumes or []}
-        fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
-        dirs: dict[str, Path] = {}
-        for mount in container.volume_mounts or []:
-            volume = volumes.get(mount.name)
-            if volume is None or mount.name in dirs:
-                continue
-            directory = root / mount.name
-            if volume.empty_dir is not None:
-                source = self.api.sanitize_for_serialization(volume.empty_dir)
-                mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
-            elif volume.config_map or volume.secret or volume.projected:
-                self.fill_volume(pod, volume, directory, fs_group)
-            else:
-                continue
-            dirs[mount.name] = directory
-        return dirs
+            made[key] = directory
+        return made
 
     def fill_volume(
         self,
@@ -592,22 +575,13 @@ class PodRunner:
                     "lastTransitionTime": now,
                 }
             ],
-            "containerStatuses": [
-                {
-                    "name": "agent",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "agentworkers",
-                    "imageID": "",
-                    "state": {
-                        "terminated": {
-                            "exitCode": code,
-                            "reason": ended or ("Completed" if code == 0 else "Error"),
-                            "finishedAt": now,
-                        }
-                    },
+            "containerStatuses": container_statuses(
+                terminated={
+                    "exitCode": code,
+                    "reason": ended or ("Completed" if code == 0 else "Error"),
+                    "finishedAt": now,
                 }
-            ],
+            ),
         }
         if reason:
             status.update(reason=reason, message=message or reason)
@@ -618,16 +592,7 @@ class PodRunner:
     def waiting(self, key: tuple[str, str], reason: str, message: str) -> None:
         """A container that could not be created: waiting, with why (as a kubelet says)."""
         status = {
-            "containerStatuses": [
-                {
-                    "name": "agent",
-                    "ready": False,
-                    "restartCount": 0,
-                    "image": "agentworkers",
-                    "imageID": "",
-                    "state": {"waiting": {"reason": reason, "message": message}},
-                }
-            ]
+            "containerStatuses": container_statuses(waiting={"reason": reason, "message": message})
         }
         with contextlib.suppress(ApiException):
             self.core.patch_namespaced_pod_status(key[1], key[0], {"status": status})
@@ -700,6 +665,21 @@ class PodRunner:
 
 
 _write_lock = threading.Lock()
+
+
+def container_statuses(**state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod's one container, not ready, in `state` (waiting or terminated), as a kubelet
+    reports it."""
+    return [
+        {
+            "name": "agent",
+            "ready": False,
+            "restartCount": 0,
+            "image": "agentworkers",
+            "imageID": "",
+            "state": state,
+        }
+    ]
 
 
 def key_of(pod: kubernetes.client.V1Pod) -> tuple[str, str]:

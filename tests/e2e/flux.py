@@ -8,20 +8,14 @@ import contextlib
 import datetime as dt
 import shutil
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from githttp import serving
 from tests.e2e.support import REPO, Cluster, free_port, wait_until
-
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    from githttp import serving
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 
 def build() -> Path:

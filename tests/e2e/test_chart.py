@@ -22,9 +22,8 @@ from tests.e2e.support import Cluster, Operator, wait_until
 from tests.unit.chart.helm import (
     CHART,
     GITOPS_DIR,
-    HelmUnavailable,
     helm,
-    helm_binary,
+    helm_or_skip,
     value_args,
 )
 from tests.unit.chart.test_dashboard import DASHBOARD, PROCESS, SUFFIXES, expressions, metric_names
@@ -34,10 +33,7 @@ pytestmark = pytest.mark.timeout(1800)  # a cold helm build takes minutes
 
 @pytest.fixture(scope="module", autouse=True)
 def _helm() -> None:
-    try:
-        helm_binary()
-    except HelmUnavailable as e:
-        pytest.skip(str(e))
+    helm_or_skip()
 
 
 class Release:

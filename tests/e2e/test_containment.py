@@ -15,30 +15,23 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import runcpods
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client
 from tests.e2e.support import (
     CONFIG,
     PROFILES,
-    REPO,
     Cluster,
     first_revision,
     pod_runner,
     wait_until,
 )
-
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    import runcpods
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 pytestmark = [
     pytest.mark.skipif(

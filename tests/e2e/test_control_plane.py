@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import sys
 import uuid
 
 import kubernetes
 import pytest
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.support import REPO, Cluster, is_local, wait_until
-
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    from localcluster import node_manifest
-finally:
-    sys.path.remove(str(REPO / "hack"))
+from localcluster import node_manifest
+from tests.e2e.support import Cluster, is_local, wait_until
 
 PAUSE = "registry.k8s.io/pause:3.10"
 
@@ -187,15 +181,8 @@ def test_pod_security_restricted_refuses_a_privileged_pod(cluster: Cluster, name
     cluster.kubectl(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
-    refused = cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin=json.dumps(pod("privileged", container={"securityContext": {"privileged": True}})),
-        check=False,
-    )
+    privileged = pod("privileged", container={"securityContext": {"privileged": True}})
+    refused = cluster.apply(namespace, privileged, check=False)
     assert refused.returncode != 0
     assert 'violates PodSecurity "restricted' in refused.stderr
     assert "privileged" in refused.stderr

@@ -19,6 +19,7 @@ import yaml
 
 from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS
 from tests.e2e.flux import Flux, GitRepo, reconcile_now, served, source_and_kustomization
+from tests.e2e.gitops import bound, condition, get, max_steps, phase, resume, revisions
 from tests.e2e.support import Cluster, SpecWatch, wait_until
 from tests.e2e.support import worker as _worker
 
@@ -37,35 +38,30 @@ def repo(tmp_path: Path) -> Iterator[GitRepo]:
         yield served_repo
 
 
-def _get(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
-    return dict(cluster.kubectl_json("get", kind, name, "-n", namespace))
-
-
-def _condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in body.get("status", {}).get("conditions", []) if c["type"] == type_), {})
-
-
-def _revisions(cluster: Cluster, namespace: str) -> dict[int, dict[str, Any]]:
-    items = cluster.kubectl_json("get", "acr", "-n", namespace)["items"]
-    return {int(r["spec"]["revision"]): r for r in items}
-
-
 def _synced(cluster: Cluster, namespace: str, sha: str, flux: Flux) -> dict[str, Any]:
     """The Kustomization Ready at commit `sha` (its health checks passed: every object
     Ready by kstatus); the AgentConfig's active revision then."""
 
     def ready() -> dict[str, Any] | None:
-        body = _get(cluster, "kustomization", "agents-staging", namespace)
+        body = get(cluster, "kustomization", "agents-staging", namespace)
         status = body.get("status", {})
         if not str(status.get("lastAppliedRevision", "")).endswith(sha):
             return None
-        return body if _condition(body, "Ready").get("status") == "True" else None
+        return body if condition(body, "Ready").get("status") == "True" else None
 
     try:
         wait_until(f"the Kustomization to be Ready at {sha[:8]}", ready, timeout=180)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{flux.tail()}") from e
-    return dict(_get(cluster, "ac", "planner", namespace)["status"]["activeRevision"])
+    return dict(get(cluster, "ac", "planner", namespace)["status"]["activeRevision"])
+
+
+def _installed(cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo) -> dict[str, Any]:
+    """The first commit, synced by a new GitRepository and Kustomization: the AgentConfig's
+    active revision then."""
+    sha = repo.commit("agents: planner and its profiles")
+    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
+    return _synced(cluster, namespace, sha, flux)
 
 
 def _edit(path: Path, change: Any) -> None:
@@ -84,9 +80,9 @@ def test_commits_cut_one_revision_each_and_a_removed_profile_is_pruned(
         first = _synced(cluster, namespace, first_sha, flux)
         took_first = time.monotonic() - pushed
         first_spread, first_count = seen.spread(pushed)
-        assert first["revision"] == 1 and sorted(_revisions(cluster, namespace)) == [1]
+        assert first["revision"] == 1 and sorted(revisions(cluster, namespace)) == [1]
         for name in ("planner-researcher", "planner-reviewer", "planner-translator"):
-            assert _condition(_get(cluster, "vap", name, namespace), "Ready")["status"] == "True"
+            assert condition(get(cluster, "vap", name, namespace), "Ready")["status"] == "True"
 
         # One commit: the config and two profiles.
         def change(gitops: Path) -> None:
@@ -106,13 +102,10 @@ def test_commits_cut_one_revision_each_and_a_removed_profile_is_pruned(
         second = _synced(cluster, namespace, sha, flux)
         took_second = time.monotonic() - pushed
         second_spread, second_count = seen.spread(pushed)
-    assert second["revision"] == 2 and sorted(_revisions(cluster, namespace)) == [1, 2]
-    held = _revisions(cluster, namespace)[2]["spec"]
-    assert held["config"]["instructions"] == "Plan, then delegate; cite sources."
-    steps = {
-        p["profile"]["key"]: p["profile"]["overlay"].get("maxSteps")
-        for p in held["profileMap"]["profiles"]
-    }
+    assert second["revision"] == 2 and sorted(revisions(cluster, namespace)) == [1, 2]
+    held = revisions(cluster, namespace)[2]
+    assert held["spec"]["config"]["instructions"] == "Plan, then delegate; cite sources."
+    steps = max_steps(held)
     assert steps["researcher"] == steps["translator"] == 7
 
     # A profile removed from git: Flux prunes it, one revision without it.
@@ -131,8 +124,8 @@ def test_commits_cut_one_revision_each_and_a_removed_profile_is_pruned(
             != 0
         ),
     )
-    assert third["revision"] == 3 and sorted(_revisions(cluster, namespace)) == [1, 2, 3]
-    third_map = _revisions(cluster, namespace)[3]["spec"]["profileMap"]
+    assert third["revision"] == 3 and sorted(revisions(cluster, namespace)) == [1, 2, 3]
+    third_map = revisions(cluster, namespace)[3]["spec"]["profileMap"]
     keys = {p["profile"]["key"] for p in third_map["profiles"]}
     assert "translator" not in keys and "researcher" in keys
     print(
@@ -155,26 +148,11 @@ def _drop_translator(staging: Path) -> None:
 def test_a_git_revert_brings_back_the_revision_and_the_bound_child_runs(
     cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo
 ) -> None:
-    sha = repo.commit("agents: planner and its profiles")
-    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
-    first = _synced(cluster, namespace, sha, flux)
+    first = _installed(cluster, namespace, flux, repo)
     cluster.apply(namespace, _worker("parent", initialMessage="plan the work"))
-    wait_until(
-        "the parent to run",
-        lambda: (
-            _get(cluster, "worker", "parent", namespace).get("status", {}).get("phase") == "Running"
-        ),
-    )
+    phase(cluster, namespace, "parent", "Running")
     cluster.apply(namespace, _worker("child", parent="parent", profile="researcher", suspend=True))
-    wait_until(
-        "the child to be bound",
-        lambda: (
-            (
-                _get(cluster, "worker", "child", namespace).get("status", {}).get("binding") or {}
-            ).get("revision")
-            == str(first["revision"])
-        ),
-    )
+    bound(cluster, namespace, "child", first["revision"])
     change = repo.commit(
         "agents: researcher takes longer",
         lambda g: _edit(
@@ -188,33 +166,17 @@ def test_a_git_revert_brings_back_the_revision_and_the_bound_child_runs(
     reverted = repo.revert(change)
     reconcile_now(cluster, namespace)
     assert _synced(cluster, namespace, reverted, flux) == first  # same id, same digest
-    assert len(_revisions(cluster, namespace)) == 2
-    cluster.kubectl(
-        "patch",
-        "worker",
-        "child",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"suspend":false}}',
-    )
-    wait_until(
-        "the child's run to start",
-        lambda: (
-            _get(cluster, "worker", "child", namespace).get("status", {}).get("phase") == "Running"
-        ),
-    )
+    assert len(revisions(cluster, namespace)) == 2
+    resume(cluster, namespace, "child")
+    phase(cluster, namespace, "child", "Running")
 
 
 def test_a_bad_commit_fails_the_sync_with_the_admission_message(
     cluster: Cluster, namespace: str, flux: Flux, repo: GitRepo
 ) -> None:
-    sha = repo.commit("agents: planner and its profiles")
-    cluster.apply(namespace, *source_and_kustomization(namespace, repo.url))
-    good = _synced(cluster, namespace, sha, flux)
+    good = _installed(cluster, namespace, flux, repo)
     before = {
-        name: copy.deepcopy(_get(cluster, "vap", name, namespace)["spec"])
+        name: copy.deepcopy(get(cluster, "vap", name, namespace)["spec"])
         for name in ("planner-researcher", "planner-translator")
     }
     bad = repo.commit(
@@ -228,8 +190,8 @@ def test_a_bad_commit_fails_the_sync_with_the_admission_message(
     reconcile_now(cluster, namespace)
 
     def failed() -> dict[str, Any] | None:
-        body = _get(cluster, "kustomization", "agents-staging", namespace)
-        ready = _condition(body, "Ready")
+        body = get(cluster, "kustomization", "agents-staging", namespace)
+        ready = condition(body, "Ready")
         attempted = str(body.get("status", {}).get("lastAttemptedRevision", ""))
         return ready if attempted.endswith(bad) and ready.get("status") == "False" else None
 
@@ -238,7 +200,7 @@ def test_a_bad_commit_fails_the_sync_with_the_admission_message(
     assert "spec.overlay.providers" in ready["message"], ready
     assert took < 60, took
     print(f"\nFlux: a bad commit failed the Kustomization {took:.1f} s after the push: {ready}")
-    assert _get(cluster, "ac", "planner", namespace)["status"]["activeRevision"] == good
-    after = {name: _get(cluster, "vap", name, namespace)["spec"] for name in before}
+    assert get(cluster, "ac", "planner", namespace)["status"]["activeRevision"] == good
+    after = {name: get(cluster, "vap", name, namespace)["spec"] for name in before}
     assert after == before
-    assert sorted(_revisions(cluster, namespace)) == [1]
+    assert sorted(revisions(cluster, namespace)) == [1]

@@ -5,7 +5,6 @@ it start), kstatus conditions say what an engine must know."""
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,38 +13,16 @@ import pytest
 import yaml
 
 from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS
+from tests.e2e.gitops import bound, condition, get, max_steps, phase, resume, revisions
 from tests.e2e.support import CONFIG, PROFILES, REPO, Cluster, Operator, SpecWatch, wait_until
 from tests.e2e.support import worker as _worker
 
 pytestmark = pytest.mark.usefixtures("operator")
 
 
-def _get(cluster: Cluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
-    return dict(cluster.kubectl_json("get", kind, name, "-n", namespace))
-
-
 def _active(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return dict(
-        _get(cluster, "ac", "planner", namespace).get("status", {}).get("activeRevision") or {}
-    )
-
-
-def _revisions(cluster: Cluster, namespace: str) -> dict[int, dict[str, Any]]:
-    items = cluster.kubectl_json("get", "acr", "-n", namespace)["items"]
-    return {int(r["spec"]["revision"]): r for r in items}
-
-
-def _condition(body: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in body.get("status", {}).get("conditions", []) if c["type"] == type_), {})
-
-
-def _phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
-    return wait_until(
-        f"worker {name} to be {phase}",
-        lambda: (
-            (s := _get(cluster, "worker", name, namespace).get("status", {})).get("phase") == phase
-            and s
-        ),
+        get(cluster, "ac", "planner", namespace).get("status", {}).get("activeRevision") or {}
     )
 
 
@@ -53,9 +30,9 @@ def _settled(cluster: Cluster, namespace: str, revision: int) -> dict[str, Any]:
     """Revision `revision` active and the AgentConfig Ready (its change set settled)."""
 
     def done() -> dict[str, Any] | None:
-        body = _get(cluster, "ac", "planner", namespace)
+        body = get(cluster, "ac", "planner", namespace)
         active = body.get("status", {}).get("activeRevision") or {}
-        ready = _condition(body, "Ready").get("status") == "True"
+        ready = condition(body, "Ready").get("status") == "True"
         return active if ready and active.get("revision") == revision else None
 
     return wait_until(f"revision {revision} active and Ready", done, timeout=90)
@@ -72,48 +49,31 @@ def test_a_revert_re_activates_the_revision_and_its_bound_child_runs(
     cluster.apply(namespace, *PROFILES, config)
     first = _settled(cluster, namespace, 1)
     cluster.apply(namespace, _worker("parent", initialMessage="plan the work"))
-    _phase(cluster, namespace, "parent", "Running")
+    phase(cluster, namespace, "parent", "Running")
     cluster.apply(namespace, _worker("child", parent="parent", profile="researcher", suspend=True))
-    wait_until(
-        "the child to be bound to revision 1",
-        lambda: (
-            (
-                _get(cluster, "worker", "child", namespace).get("status", {}).get("binding") or {}
-            ).get("revision")
-            == "1"
-        ),
-    )
+    bound(cluster, namespace, "child", 1)
 
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 12
     cluster.apply(namespace, edited)
     second = _settled(cluster, namespace, 2)
     assert second["digest"] != first["digest"]
-    assert sorted(_revisions(cluster, namespace)) == [1, 2]  # 1 is pinned: kept past the limit
+    assert sorted(revisions(cluster, namespace)) == [1, 2]  # 1 is pinned: kept past the limit
 
     cluster.apply(namespace, PROFILES[0])  # the revert commit
     assert _settled(cluster, namespace, 1) == first  # same name, id and digest
-    assert sorted(_revisions(cluster, namespace)) == [1, 2]  # nothing new was cut
+    assert sorted(revisions(cluster, namespace)) == [1, 2]  # nothing new was cut
     events = cluster.kubectl_json(
         "get", "events", "-n", namespace, "--field-selector", "reason=RevisionReactivated"
     )["items"]
     assert len(events) == 1 and "revision 1" in events[0]["message"]
 
-    cluster.kubectl(
-        "patch",
-        "worker",
-        "child",
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        '{"spec":{"suspend":false}}',
-    )
-    status = _phase(cluster, namespace, "child", "Running")
-    assert _condition({"status": status}, "Ready")["status"] == "True"
+    resume(cluster, namespace, "child")
+    status = phase(cluster, namespace, "child", "Running")
+    assert condition({"status": status}, "Ready")["status"] == "True"
     # The parent froze revision 1, live again: a new profiled spawn is not stale either.
     cluster.apply(namespace, _worker("sibling", parent="parent", profile="reviewer"))
-    _phase(cluster, namespace, "sibling", "Running")
+    phase(cluster, namespace, "sibling", "Running")
 
 
 @pytest.fixture
@@ -131,9 +91,7 @@ def _kubectl_apply_all(cluster: Cluster, namespace: str, objects: list[dict[str,
     first: the worst case for a revision that must hold them all). Its start time."""
     ordered = sorted(objects, key=lambda o: (o["kind"] != "AgentConfig", o["metadata"]["name"]))
     started = time.monotonic()
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in ordered)
-    )
+    cluster.apply(namespace, *ordered)
     return started
 
 
@@ -150,7 +108,7 @@ def test_one_commit_cuts_one_revision_whatever_the_order(
         took = time.monotonic() - start
         config = next(o for o in staging if o["kind"] == "AgentConfig")
         profiles = {o["metadata"]["name"]: o for o in staging if o["kind"] != "AgentConfig"}
-        revision = _revisions(cluster, namespace)[1]
+        revision = revisions(cluster, namespace)[1]
         assert {p["source"] for p in revision["spec"]["profileMap"]["profiles"]} >= {
             f"VirtualAgentProfile/{name}" for name in profiles
         }
@@ -166,15 +124,12 @@ def test_one_commit_cuts_one_revision_whatever_the_order(
         cluster.apply(namespace, _worker("mid-apply", initialMessage="go"))
         second = _settled(cluster, namespace, 2)
         second_spread, second_count = seen.spread(start)
-    assert sorted(_revisions(cluster, namespace)) == [1, 2]
-    held = _revisions(cluster, namespace)[2]["spec"]
-    assert held["config"]["instructions"] == "Plan, then delegate; cite every source."
-    steps = {
-        p["profile"]["key"]: p["profile"]["overlay"].get("maxSteps")
-        for p in held["profileMap"]["profiles"]
-    }
+    assert sorted(revisions(cluster, namespace)) == [1, 2]
+    held = revisions(cluster, namespace)[2]
+    assert held["spec"]["config"]["instructions"] == "Plan, then delegate; cite every source."
+    steps = max_steps(held)
     assert steps["researcher"] == steps["translator"] == 7
-    frozen = _phase(cluster, namespace, "mid-apply", "Running")["frozenRevision"]
+    frozen = phase(cluster, namespace, "mid-apply", "Running")["frozenRevision"]
     assert frozen in (first, second)
     assert config["metadata"]["name"] == "planner"
     print(
@@ -195,18 +150,18 @@ def test_a_profile_whose_agent_config_does_not_exist_yet_says_so(
     cluster.apply(namespace, PROFILES[0])
     accepted = wait_until(
         "the profile to say its AgentConfig is missing",
-        lambda: _condition(_get(cluster, "vap", "planner-researcher", namespace), "Accepted"),
+        lambda: condition(get(cluster, "vap", "planner-researcher", namespace), "Accepted"),
     )
     assert (accepted["status"], accepted["reason"]) == ("False", "AgentConfigMissing")
-    body = _get(cluster, "vap", "planner-researcher", namespace)
-    assert _condition(body, "Stalled")["status"] == "False"
+    body = get(cluster, "vap", "planner-researcher", namespace)
+    assert condition(body, "Stalled")["status"] == "False"
     assert body["status"]["observedGeneration"] == body["metadata"]["generation"]
     cluster.apply(namespace, CONFIG)
     _settled(cluster, namespace, 1)
     wait_until(
         "the profile to be in revision 1",
         lambda: (
-            _condition(_get(cluster, "vap", "planner-researcher", namespace), "Ready").get("status")
+            condition(get(cluster, "vap", "planner-researcher", namespace), "Ready").get("status")
             == "True"
         ),
     )
@@ -242,10 +197,10 @@ def test_a_refused_spec_is_stalled_so_kubectl_wait_and_flux_fail_fast(
         "--timeout=30s",
     )
     took = time.monotonic() - started
-    config = _get(cluster, "ac", "planner", namespace)
-    stalled = _condition(config, "Stalled")
+    config = get(cluster, "ac", "planner", namespace)
+    stalled = condition(config, "Stalled")
     assert stalled["reason"] == "InvalidProfile"
     assert "VirtualAgentProfile/wide: spec.label" in stalled["message"]
-    assert _condition(config, "Reconciling")["status"] == "False"
+    assert condition(config, "Reconciling")["status"] == "False"
     assert _active(cluster, namespace)["revision"] == 1
     assert took < DEFAULT_SETTLE_SECONDS + 5, took

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,12 +17,9 @@ from typing import Any
 
 import pytest
 
+import image
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    import image
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="debootstrap and runc need root"),

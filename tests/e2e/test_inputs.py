@@ -6,7 +6,6 @@ runtime in worker pods (the local pod runner), scripted models."""
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -86,14 +85,7 @@ def test_a_parent_hands_a_file_to_its_children_within_their_profiles(
 ) -> None:
     config = copy.deepcopy(CONFIG)
     config["spec"]["model"]["script"] = CHILD_SCRIPT
-    cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, DIGEST, config]),
-    )
+    cluster.apply(namespace, *PROFILES, DIGEST, config)
     wait_until(
         "the digest profile in the map",
         lambda: (

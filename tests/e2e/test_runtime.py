@@ -40,14 +40,7 @@ def _agent(
     config["spec"]["limits"].update(limits)
     config["spec"].update(spec or {})
     apply_example_skills(cluster, namespace)
-    cluster.kubectl(
-        "apply",
-        "-n",
-        namespace,
-        "-f",
-        "-",
-        stdin="\n---\n".join(json.dumps(o) for o in [*PROFILES, config]),
-    )
+    cluster.apply(namespace, *PROFILES, config)
     first_revision(cluster, namespace)
 
 

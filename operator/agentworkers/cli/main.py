@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentworkers import __version__
-from agentworkers.cli.parsers import Parser, UsageError, add_globals, add_verbs, parsed_defaults
+from agentworkers.cli.parsers import Parser, UsageError, add_globals, parsed_defaults
+from agentworkers.cli.verb_parsers import add_verbs
 
 if TYPE_CHECKING:
     from agentworkers.api.agentconfig import WorkerPod
-    from agentworkers.cli.verbs import Output
+    from agentworkers.cli.output import Output
     from agentworkers.client import Client
 
 # Imports of the client and the operator are in the functions that need them: `--help`
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write("error: --role=admission serves the webhook: drop --no-webhook\n")
             return EXIT_USAGE
         return int(args.func(args))
-    from agentworkers.cli.verbs import Output  # noqa: PLC0415
+    from agentworkers.cli.output import Output  # noqa: PLC0415
 
     return run(args, Output(args.output, args.quiet, sys.stdout, sys.stderr))
 

@@ -1,8 +1,10 @@
-"""The verbs of the CLI over `agentworkers.client`: one parser and one handler each.
+"""The verbs of the CLI over `agentworkers.client`: one handler each (its parser is in
+`agentworkers.cli.verb_parsers`).
 
-A handler takes the client, the parsed arguments and an `Output`, prints its result (a
-table or description for people, `-o json|yaml` for scripts) and returns the exit code;
-errors are raised and mapped to exit codes by `agentworkers.cli`.
+A handler takes the client, the parsed arguments and an `Output`
+(`agentworkers.cli.output`), prints its result (a table or description for people,
+`-o json|yaml` for scripts) and returns the exit code; errors are raised and mapped to exit
+codes by `agentworkers.cli`.
 """
 
 from __future__ import annotations
@@ -10,16 +12,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from agentworkers.api import WorkerSpec
 from agentworkers.api.worker import MAX_INPUT_BYTES, TERMINAL_PHASES
+from agentworkers.cli.output import Output
 from agentworkers.cli.parsers import EVENT_COLUMNS, TABLES, WATCH_COLUMNS, UsageError
 from agentworkers.cli.render import (
     collect_line,
@@ -27,12 +28,10 @@ from agentworkers.cli.render import (
     count,
     describe,
     diff_text,
-    dump,
     event_row,
     explanation_text,
     indented,
     inspection_text,
-    json_line,
     kill_lines,
     profiles_text,
     quotas_text,
@@ -42,89 +41,13 @@ from agentworkers.cli.render import (
     watch_row,
     worker_rows,
 )
-from agentworkers.client import (
-    Client,
-    KillResult,
-    NotFoundError,
-    WorkerFilter,
-    WorkerFinishedError,
-    WorkerInfo,
-    kill_outcome,
-)
+from agentworkers.client import Client, NotFoundError, WorkerFilter, kill_outcome
+from agentworkers.client.selection import kill_result, nothing_to_kill
 from agentworkers.core.inputs import encode as encode_input
 from agentworkers.errors import InvalidInputError
 from agentworkers.errors import describe as describe_invalid
 
-Handler = Callable[[Client, argparse.Namespace, "Output"], int]
-# How far a run has come: waiting for one phase is satisfied by any later one too (a run
-# that is already Idle has been Running). Failed and Killed end every wait on their own.
-
-
-# --- output ----------------------------------------------------------------------------
-
-
-@dataclass
-class Output:
-    fmt: str
-    quiet: bool = False
-    stdout: TextIO = field(default_factory=lambda: sys.stdout)
-    stderr: TextIO = field(default_factory=lambda: sys.stderr)
-
-    def show(self, value: Any, text: Callable[[], str], empty: str = "") -> None:
-        """`text()` for people, or `value` as one JSON/YAML document.
-
-        `empty` says there is nothing to show: like kubectl, on stderr, so stdout stays empty.
-        """
-        if self.fmt not in TABLES:
-            self.stdout.write(dump(value, self.fmt))
-        elif empty:
-            self.note(empty)
-        else:
-            self.stdout.write(text())
-
-    def note(self, message: str) -> None:
-        """A remark for people (not an error: --quiet silences it)."""
-        if not self.quiet:
-            self.stderr.write(message + "\n")
-
-    def waiting(self, verb: str) -> Waiting | None:
-        return None if self.quiet else Waiting(verb, self.stderr)
-
-    def item(self, value: Any, text: str) -> None:
-        """One item of a stream: `text` for people, else a JSON line or a YAML document."""
-        if self.fmt in TABLES:
-            self.stdout.write(text)
-        elif self.fmt == "json":
-            self.stdout.write(json_line(value))
-        else:
-            self.stdout.write("---\n" + dump(value, "yaml"))
-        self.stdout.flush()
-
-
-class Waiting:
-    """Progress on stderr while a command waits: on a terminal one line kept up to date,
-    elsewhere (a CI log) one line per change."""
-
-    def __init__(self, verb: str, stream: TextIO) -> None:
-        self.verb = verb
-        self.stream = stream
-        self.live = stream.isatty()
-        self.started = time.monotonic()
-        self.last: str | None = None
-
-    def __call__(self, info: WorkerInfo) -> None:
-        state = info.phase + (f" ({info.status.last_event})" if info.status.last_event else "")
-        line = f"{self.verb} {info.name}: {state}, {time.monotonic() - self.started:.0f}s"
-        if self.live:
-            self.stream.write("\r\x1b[K" + line)
-        elif state != self.last:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-        self.last = state
-
-    def done(self) -> None:
-        if self.live and self.last is not None:
-            self.stream.write("\n")
+Handler = Callable[[Client, argparse.Namespace, Output], int]
 
 
 # --- shared bits -----------------------------------------------------------------------
@@ -359,13 +282,10 @@ def _kill_names(client: Client, args: argparse.Namespace, out: Output, dry: bool
         info = client.get(name)
         outcome = kill_outcome(info)
         if outcome == "finished":
-            raise WorkerFinishedError(
-                f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
-            )
+            raise nothing_to_kill(info)
         if not dry:
             info = client.kill(name, reason=args.reason, by=args.by)
-        reason = info.spec.kill.reason if info.spec.kill else args.reason.strip() or "killed"
-        result = KillResult(info.name, info.namespace, outcome, info.phase, reason, dry)
+        result = kill_result(info, outcome, args.reason, dry)
         text = kill_lines([result])
         out.show(result if dry else info, lambda: text)  # noqa: B023 (called at once)
     return 0

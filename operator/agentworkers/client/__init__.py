@@ -6,7 +6,8 @@
         result = client.collect("w1", timeout=60)
 
 `errors` holds what it raises, `results` what it returns, `sync` the lifecycle verbs,
-`config` the config reads, `aio` the asyncio wrapper. It talks to the API server through
+`selection` what kill and collect do to each worker they select, `config` the config
+reads, `aio` the asyncio wrapper. It talks to the API server through
 `agentworkers.kube`, like the operator.
 """
 

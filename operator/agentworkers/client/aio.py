@@ -7,9 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from agentworkers.client.results import CollectResult, EventRecord, WorkerFilter, WorkerInfo
-from agentworkers.client.sync import DEFAULT_COLLECT_TIMEOUT, Client, Progress
-from agentworkers.kube.watch import Change
+from agentworkers.client.sync import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -23,6 +21,19 @@ def _in_thread(
 
     async def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return await asyncio.to_thread(method, self.sync, *args, **kwargs)
+
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
+def _stream_in_thread(
+    method: Callable[Concatenate[Client, P], Generator[T, None, None]],
+) -> Callable[Concatenate[AsyncClient, P], AsyncIterator[T]]:
+    """`method` of the sync client, a generator, as an async iterator (`_iterate`)."""
+
+    def call(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        return _iterate(method(self.sync, *args, **kwargs))
 
     call.__name__ = call.__qualname__ = method.__name__
     call.__doc__ = method.__doc__
@@ -78,60 +89,10 @@ class AsyncClient:
     profile_sets = _in_thread(Client.profile_sets)
     quotas = _in_thread(Client.quotas)
 
-    def events(
-        self,
-        name: str | None = None,
-        *,
-        follow: bool = True,
-        since: int = 0,
-        timeout: float | None = None,
-        where: WorkerFilter | None = None,
-        all_namespaces: bool = False,
-    ) -> AsyncIterator[EventRecord]:
-        """`Client.events` as an async iterator."""
-        return _iterate(
-            self.sync.events(
-                name,
-                follow=follow,
-                since=since,
-                timeout=timeout,
-                where=where,
-                all_namespaces=all_namespaces,
-            )
-        )
-
-    def watch(
-        self,
-        where: WorkerFilter | None = None,
-        *,
-        all_namespaces: bool = False,
-        timeout: float | None = None,
-    ) -> AsyncIterator[tuple[Change, WorkerInfo]]:
-        """`Client.watch` as an async iterator."""
-        return _iterate(self.sync.watch(where, all_namespaces=all_namespaces, timeout=timeout))
-
-    def collect_selected(
-        self,
-        where: WorkerFilter,
-        timeout: float = DEFAULT_COLLECT_TIMEOUT,
-        progress: Progress | None = None,
-        *,
-        keep: bool = False,
-        all_namespaces: bool = False,
-        dry_run: bool = False,
-    ) -> AsyncIterator[CollectResult]:
-        """`Client.collect_selected` as an async iterator: each result as its worker is
-        collected."""
-        return _iterate(
-            self.sync.collect_selected(
-                where,
-                timeout,
-                progress,
-                keep=keep,
-                all_namespaces=all_namespaces,
-                dry_run=dry_run,
-            )
-        )
+    # The streams: each next item is awaited in a thread.
+    events = _stream_in_thread(Client.events)
+    watch = _stream_in_thread(Client.watch)
+    collect_selected = _stream_in_thread(Client.collect_selected)
 
 
 async def _iterate(stream: Generator[T, None, None]) -> AsyncIterator[T]:

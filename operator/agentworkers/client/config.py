@@ -11,6 +11,7 @@ from agentworkers.api import (
     AgentConfigRevisionSpec,
     AgentConfigSpec,
     FrozenProfile,
+    WorkerSpec,
 )
 from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
 from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION, BINDING_ANNOTATION
@@ -119,20 +120,28 @@ class ConfigReads(Reads):
             profile = binding.profile
         elif info.status.frozen_revision is not None:
             pinned = info.status.frozen_revision.name
-        decided = self._pod_config(info.status.pod) if info.status.pod else None
-        if decided is not None:
+        effective = self._pod_config(info.status.pod) if info.status.pod else None
+        if effective is not None:
             where = f"AgentConfigRevision/{pinned}" if pinned else f"AgentConfig/{spec.agent}"
-            return Explanation(
-                name,
-                spec.agent,
-                spec.profile,
-                where,
-                explain_fields(decided),
-                inherits,
-                self._tree(body),
-                self._pod_knobs(spec.agent, info.status.pod),
-                explain_mcp(decided, info.status.mcp_servers),
-            )
+        else:
+            effective, where = self._effective_now(spec, pinned, profile)
+        return Explanation(
+            name,
+            spec.agent,
+            spec.profile,
+            where,
+            explain_fields(effective),
+            inherits,
+            self._tree(body),
+            self._pod_knobs(spec.agent, info.status.pod),
+            explain_mcp(effective, info.status.mcp_servers),
+        )
+
+    def _effective_now(
+        self, spec: WorkerSpec, pinned: str | None, profile: Profile | None
+    ) -> tuple[EffectiveConfig, str]:
+        """The config a run without its pod yet would start with, and where its agent layer
+        comes from: the pinned revision, else the live AgentConfig."""
         config, where, revision = self._config_at(spec.agent, pinned)
         if (ref := config.model.provider_ref) is not None:
             # As the run will start: with its provider as it is now.
@@ -148,18 +157,7 @@ class ConfigReads(Reads):
                 p.profile for p in revision.profile_map.profiles if p.profile.key == spec.profile
             ]
             profile = found[0] if found else None
-        effective = resolve(config, spec, profile)
-        return Explanation(
-            name,
-            spec.agent,
-            spec.profile,
-            where,
-            explain_fields(effective),
-            inherits,
-            self._tree(body),
-            self._pod_knobs(spec.agent, info.status.pod),
-            explain_mcp(effective, info.status.mcp_servers),
-        )
+        return resolve(config, spec, profile), where
 
     def _clocks(self, chain: builtins.list[Body]) -> builtins.list[ExplainedField]:
         """The run's three clocks and where each came from: its own spec, its agent's

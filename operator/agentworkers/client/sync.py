@@ -17,14 +17,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import time
-from collections.abc import Callable, Collection, Generator, Iterator, Mapping
+from collections.abc import Callable, Collection, Generator, Iterator
 from typing import Any
 
 from agentworkers import kube
 from agentworkers.api import WorkerSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.api.names import COLLECTED_ANNOTATION
-from agentworkers.api.worker import SETTLED_PHASES, TERMINAL_PHASES
+from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.client.config import ConfigReads
 from agentworkers.client.errors import (
     ApiError,
@@ -50,6 +50,14 @@ from agentworkers.client.results import (
     spawn_forest,
     spawn_tree,
 )
+from agentworkers.client.selection import (
+    GONE,
+    PendingCollection,
+    collect_phases,
+    collect_result,
+    kill_result,
+    nothing_to_kill,
+)
 from agentworkers.kube.api import ALL_NAMESPACES, JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
 
@@ -57,39 +65,6 @@ PLURAL = "workers"
 DEFAULT_COLLECT_TIMEOUT = 300.0
 
 Progress = Callable[[WorkerInfo], None]
-# What collect by selector says of a selected worker someone else removed meanwhile.
-_GONE = "deleted before it was collected"
-
-
-def _settled(info: WorkerInfo) -> bool:
-    """Done with for collect: a run asked to stop only once it is Killed (or ended)."""
-    return info.phase in (TERMINAL_PHASES if info.spec.kill else SETTLED_PHASES)
-
-
-def _ready(
-    key: tuple[str, str],
-    info: WorkerInfo,
-    pending: Mapping[tuple[str, str], WorkerInfo],
-    keep: bool,
-) -> bool:
-    """Collectable now: settled, and (when collect removes it) no selected child left,
-    which its removal would take along."""
-    if not _settled(info):
-        return False
-    return keep or all((w.namespace, w.spec.parent) != key for w in pending.values())
-
-
-def _result(
-    info: WorkerInfo, keep: bool, error: str = "", killed_children: tuple[str, ...] = ()
-) -> CollectResult:
-    """What collect returns for the run as it is; a killed run's error is the kill reason."""
-    error = error or info.status.error or ""
-    if info.phase == "Killed" and not error:
-        error = info.spec.kill.reason if info.spec.kill else "killed"
-    output = info.status.output or ""
-    return CollectResult(
-        info.name, info.phase, output, error, not keep, killed_children, info.namespace
-    )
 
 
 class Client(ConfigReads):
@@ -263,9 +238,7 @@ class Client(ConfigReads):
         if info.spec.kill is not None:
             return info, False
         if info.phase in TERMINAL_PHASES:
-            raise WorkerFinishedError(
-                f"worker {name!r} is {info.phase}; there is no run to kill", field="spec.kill"
-            )
+            raise nothing_to_kill(info)
         kill = {"spec": {"kill": {"reason": reason.strip() or "killed", "by": by}}}
         return WorkerInfo.from_body(self._patch(name, kill, MERGE, namespace)), True
 
@@ -295,8 +268,7 @@ class Client(ConfigReads):
                     outcome = "finished"
                 except UnknownWorkerError:
                     continue  # gone since the listing (collected, or its parent was)
-            stated = now.spec.kill.reason if now.spec.kill else reason.strip() or "killed"
-            results.append(KillResult(now.name, now.namespace, outcome, now.phase, stated, dry_run))
+            results.append(kill_result(now, outcome, reason, dry_run))
         return results
 
     def wait(
@@ -342,9 +314,7 @@ class Client(ConfigReads):
         logs, say). A timeout removes nothing.
         """
         try:
-            # A run asked to stop is not settled until it is Killed (or ended on its own).
-            phases = TERMINAL_PHASES if self.get(name).spec.kill else SETTLED_PHASES
-            info = self.wait(name, phases, timeout, progress)
+            info = self.wait(name, collect_phases(self.get(name)), timeout, progress)
         except WaitTimeoutError as e:
             raise CollectTimeoutError(str(e)) from None
         return self._collected(info, keep)
@@ -368,45 +338,38 @@ class Client(ConfigReads):
         `deleted` False and that as its error. `dry_run` waits for nothing and removes
         nothing: it yields the matched workers as they are now.
         """
-        chosen = {(w.namespace, w.name): w for w in self.list(where, all_namespaces=all_namespaces)}
+        chosen = self.list(where, all_namespaces=all_namespaces)
         if dry_run:
-            for info in chosen.values():
-                yield _result(info, keep=True)
+            for info in chosen:
+                yield collect_result(info, keep=True)
             return
-        pending = dict(chosen)
+        pending = PendingCollection(chosen, keep)
         deadline = time.monotonic() + timeout
         for kind, body in self._observe(None, deadline, where.labels, all_namespaces):
             if body is not None:
                 info = WorkerInfo.from_body(body)
-                key = (info.namespace, info.name)
-                if key not in pending:
+                if info not in pending:
                     continue
                 if kind == "DELETED":
-                    del pending[key]
-                    yield _result(info, keep=True, error=_GONE)
+                    yield pending.gone(info)
                     continue
-                pending[key] = info
+                pending.update(info)
                 if progress is not None:
                     progress(info)
-            while ready := [
-                key for key, info in pending.items() if _ready(key, info, pending, keep)
-            ]:
-                for key in ready:
-                    info = pending.pop(key)
-                    try:
-                        result = self._collected(info, keep)
-                    except UnknownWorkerError:
-                        result = _result(info, keep=True, error=_GONE)
-                    yield result
+            for info in pending.ready():
+                try:
+                    result = self._collected(info, keep)
+                except UnknownWorkerError:
+                    result = collect_result(info, keep=True, error=GONE)
+                yield result
             if not pending:
                 return
-        left = ", ".join(f"{w.name} ({w.phase})" for w in pending.values())
-        raise CollectTimeoutError(f"still not settled after {timeout:g}s: {left}")
+        raise CollectTimeoutError(f"still not settled after {timeout:g}s: {pending.left()}")
 
     def _collected(self, info: WorkerInfo, keep: bool) -> CollectResult:
         """The settled worker's result; then, unless `keep`, it is removed."""
         killed = self._killed_children(info) if info.phase == "Killed" else ()
-        result = _result(info, keep, killed_children=killed)
+        result = collect_result(info, keep, killed_children=killed)
         if keep:
             return result
         name, namespace = info.name, info.namespace or self.namespace

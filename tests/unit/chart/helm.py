@@ -12,7 +12,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from tests.builds import built, versions
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agentworkers"
@@ -48,18 +51,16 @@ def helm_binary() -> Path:
     return Path(result.stdout.strip().splitlines()[-1]) / "helm"
 
 
+def helm_or_skip() -> None:
+    """Skip the test when helm cannot be had (built on first use)."""
+    try:
+        helm_binary()
+    except HelmUnavailable as e:
+        pytest.skip(str(e))
+
+
 def _cached_helm() -> Path | None:
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    cache_dir = Path(
-        os.environ.get("AGENTWORKERS_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentworkers"
-    )
-    found = cache_dir / "bin" / f"helm-{versions.get('HELM_VERSION', '')}" / "helm"
-    return found if found.exists() else None
+    return built(f"helm-{versions().get('HELM_VERSION', '')}", "helm")
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -24,10 +24,9 @@ from tests.unit.chart.helm import (
     CHART,
     REPO,
     VALUE_SETS,
-    HelmUnavailable,
     find,
     helm,
-    helm_binary,
+    helm_or_skip,
     one,
     render,
     value_args,
@@ -43,10 +42,7 @@ RBAC_KINDS = ("Role", "ClusterRole")
 
 @pytest.fixture(scope="module", autouse=True)
 def _helm() -> None:
-    try:
-        helm_binary()
-    except HelmUnavailable as e:
-        pytest.skip(str(e))
+    helm_or_skip()
 
 
 @pytest.fixture(scope="module")

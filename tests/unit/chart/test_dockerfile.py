@@ -10,22 +10,17 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+import image
+import podrunner
 from agentworkers.core.pods import RUNTIME_UID
 
 REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "Dockerfile"
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    import image
-    import podrunner
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 BUILD_TOOLS = re.compile(
     r"\b(gcc|g\+\+|cc|clang|make|build-essential|apt-get|apt|apk|dnf|yum|git|curl|wget|"

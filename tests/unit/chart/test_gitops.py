@@ -6,7 +6,6 @@ renders."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,9 @@ from typing import Any
 
 import pytest
 import yaml
+
+import argocd_health
+from tests.builds import built, versions
 
 REPO = Path(__file__).resolve().parents[3]
 GITOPS = REPO / "examples" / "gitops"
@@ -42,6 +44,16 @@ def test_the_same_script_everywhere(kind: str) -> None:
     section = re.search(rf"### {re.escape(key)}\n+```lua\n(.*?)```", doc, re.S)
     assert section, f"docs/gitops.md has no Lua block for {key}"
     assert section.group(1).strip() == script(kind).strip()
+
+
+def test_the_checks_are_as_their_templates_render_them() -> None:
+    """One source: hack/argocd-health/ renders health.lua, the argocd-cm patch and the doc."""
+    stale = sorted(
+        str(path.relative_to(REPO))
+        for path, text in argocd_health.rendered().items()
+        if path.read_text() != text
+    )
+    assert not stale, f"edited by hand? render: python hack/argocd_health.py ({stale})"
 
 
 # --- the scripts, run -------------------------------------------------------------
@@ -224,25 +236,12 @@ def kubectl() -> str | None:
     """kubectl on PATH, or the local control plane's cached build (hack/build-binaries.sh)."""
     if found := shutil.which("kubectl"):
         return found
-    versions = dict(
-        line.split("=", 1)
-        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
+    v = versions()
+    control_plane = (
+        f"k8s-{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}-kwok-{v['KWOK_VERSION']}"
     )
-    cache = Path(
-        os.environ.get("AGENTWORKERS_CACHE")
-        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentworkers"
-    )
-    built = (
-        cache
-        / "bin"
-        / (
-            f"k8s-{versions['KUBERNETES_VERSION']}-etcd-{versions['ETCD_VERSION']}"
-            f"-kwok-{versions['KWOK_VERSION']}"
-        )
-        / "kubectl"
-    )
-    return str(built) if built.exists() else None
+    binary = built(control_plane, "kubectl")
+    return str(binary) if binary else None
 
 
 def kustomize(overlay: str) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agentworkers.cli import main as cli
+from agentworkers.cli.output import Output
 from agentworkers.cli.parsers import UsageError
-from agentworkers.cli.verbs import Output
 from agentworkers.client import (
     ApiError,
     ClientError,

@@ -10,6 +10,7 @@ import pytest
 
 from agentworkers.api import WorkerSpec, WorkerStatus
 from agentworkers.api.worker import WorkerEvent
+from agentworkers.cli.output import Output, Waiting
 from agentworkers.cli.render import (
     collect_text,
     diff_text,
@@ -21,7 +22,6 @@ from agentworkers.cli.render import (
     when,
     worker_rows,
 )
-from agentworkers.cli.verbs import Output, Waiting
 from agentworkers.client import (
     CollectResult,
     EventRecord,

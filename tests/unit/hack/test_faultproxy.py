@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -13,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from faultproxy import FaultProxy
+
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    from faultproxy import FaultProxy
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 
 class _Echo(socketserver.BaseRequestHandler):

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from githttp import serving
+
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    from githttp import serving
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -10,18 +10,14 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
+import image
+
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    import image
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 
 def machine(tmp_path: Path, codename: str) -> Path:

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import oci
+import podnet
 from agentworkers.api import AgentConfigSpec
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import resolve
 from agentworkers.core.pods import RUNTIME_UID, SANDBOX, build_pod
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "hack"))
-try:
-    import oci
-    import podnet
-finally:
-    sys.path.remove(str(REPO / "hack"))
 
 IMAGE = {
     "User": "65532:65532",

@@ -22,20 +22,20 @@ if generation ~= nil and status.observedGeneration ~= nil and status.observedGen
   return hs
 end
 local phase = status.phase
+local function phase_and(detail)
+  if detail ~= nil and detail ~= "" then
+    return phase .. ": " .. detail
+  end
+  return phase
+end
 if phase == "Running" or phase == "Idle" or phase == "Done" then
   hs.status = "Healthy"
-  hs.message = phase
-  if status.lastEvent ~= nil and status.lastEvent ~= "" then
-    hs.message = phase .. ": " .. status.lastEvent
-  end
+  hs.message = phase_and(status.lastEvent)
   return hs
 end
 if phase == "Failed" or phase == "Killed" then
   hs.status = "Degraded"
-  hs.message = phase
-  if status.error ~= nil and status.error ~= "" then
-    hs.message = phase .. ": " .. status.error
-  end
+  hs.message = phase_and(status.error)
   return hs
 end
 if ready ~= nil then
