@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Generator, Iterator, Mapping
 from typing import Any
@@ -50,6 +51,7 @@ from agentworkers.client.results import (
     spawn_forest,
     spawn_tree,
 )
+from agentworkers.core.tracing import trace_hex_of
 from agentworkers.kube.api import ALL_NAMESPACES, JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
 
@@ -218,7 +220,10 @@ class Client(ConfigReads):
         found = spawn_tree(self.list(), name)
         if found is None:
             raise self._unknown(name)
-        return found
+        meta, spec = (body := self._get(name))["metadata"], body.get("spec") or {}
+        return dataclasses.replace(
+            found, trace_id=trace_hex_of(spec.get("traceparent"), meta["uid"])
+        )
 
     def forest(self, *, all_namespaces: bool = False) -> tuple[TreeNode, ...]:
         """Every spawn tree in the namespace (or in every one), from one listing."""
