@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,8 @@ from agentworkers.core import tracing as spans
 from agentworkers.runtime.models import Params, Reply, ToolCall
 
 if TYPE_CHECKING:
+    from opentelemetry import trace
+
     from agentworkers.otel import Tracer
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,22 @@ class TracedRun(RunSpans):
         self._run.add_event("pod started")
         self._phase, self._error = "", ""
         self._kill: str | None = None
+        # Spans in progress (a turn, a tool call): a run that ends mid-way ends them too.
+        self._open: dict[int, trace.Span] = {}
+        self._lock = threading.Lock()  # the loop's thread opens them, the main one ends the run
+
+    @contextlib.contextmanager
+    def _span(
+        self, name: str, parent: trace.Span | None, attributes: spans.Attributes, kind: str
+    ) -> Iterator[trace.Span]:
+        with self._tracer.span(name, parent, attributes, kind) as span:
+            with self._lock:
+                self._open[id(span)] = span
+            try:
+                yield span
+            finally:
+                with self._lock:
+                    self._open.pop(id(span), None)
 
     @contextlib.contextmanager
     def turn(self, index: int) -> Iterator[None]:
@@ -109,7 +128,7 @@ class TracedRun(RunSpans):
             spans.CONVERSATION: self._name,
             "agentworkers.query.index": index,
         }
-        with self._tracer.span(f"invoke_agent {self._agent}", self._run, attributes):
+        with self._span(f"invoke_agent {self._agent}", self._run, attributes, "internal"):
             yield
 
     @contextlib.contextmanager
@@ -117,7 +136,7 @@ class TracedRun(RunSpans):
         attributes = spans.chat_attributes(
             self._provider, self._model, params.temperature, params.max_tokens
         )
-        with self._tracer.span(f"chat {self._model}", None, attributes, "client") as span:
+        with self._span(f"chat {self._model}", None, attributes, "client") as span:
 
             def seen(reply: Reply) -> None:
                 span.set_attributes(
@@ -136,7 +155,7 @@ class TracedRun(RunSpans):
         record, limit = self._config.record_content, self._config.max_content_bytes
         arguments = call.arguments if call.error is None else call.raw_arguments
         attributes = spans.tool_attributes(call.name, call.id, arguments, record, limit)
-        with self._tracer.span(f"execute_tool {call.name}", None, attributes) as span:
+        with self._span(f"execute_tool {call.name}", None, attributes, "internal") as span:
 
             def seen(result: Mapping[str, Any]) -> None:
                 span.set_attributes(spans.tool_result_attributes(result, record, limit))
@@ -173,6 +192,10 @@ class TracedRun(RunSpans):
         else:
             phase, error = "Ended", "the run's pod stopped before the run finished"
         ok, description = spans.run_outcome(phase, error)
+        with self._lock:
+            cut = list(self._open.values())
+        for span in cut:  # cut short by the run's end
+            end(span, False, f"cut short: the run ended ({phase})")
         self._run.set_attribute("agentworkers.phase", phase)
         end(self._run, ok, spans.bounded(description, spans.MAX_STATUS_BYTES))
         dropped = self._tracer.close()
