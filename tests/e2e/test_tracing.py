@@ -12,6 +12,7 @@ the trace add up to the tree's `status.tree.tokensUsed`.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,15 @@ import pytest
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client, UnknownWorkerError, WorkerInfo
 from tests.e2e.jaeger import Jaeger
-from tests.e2e.support import Cluster, Operator, first_revision, pod_runner, wait_until
+from tests.e2e.support import (
+    Cluster,
+    Operator,
+    first_revision,
+    free_port,
+    pod_runner,
+    wait_until,
+    worker,
+)
 
 CHILD_SCRIPT = [
     # `a`'s profile hides run_command (the call comes back as an error); `b` sleeps in it.
@@ -41,15 +50,17 @@ ROOT_SCRIPT = [
 ]
 
 
-def agent(endpoint: str) -> dict[str, Any]:
+def agent(endpoint: str | None, name: str = "planner") -> dict[str, Any]:
+    """The agent, tracing to `endpoint` (None: not tracing)."""
+    tracing = {"endpoint": endpoint, "recordContent": True, "maxContentBytes": 256}
     return {
         "apiVersion": "agentworkers.io/v1alpha1",
         "kind": "AgentConfig",
-        "metadata": {"name": "planner"},
+        "metadata": {"name": name},
         "spec": {
             "model": {"provider": "scripted", "model": "demo", "script": CHILD_SCRIPT},
             "tools": ["write_file", "run_command", "spawn_worker", "kill_worker"],
-            "tracing": {"endpoint": endpoint, "recordContent": True, "maxContentBytes": 256},
+            **({"tracing": tracing} if endpoint else {}),
             "virtualAgents": {
                 "profiles": [
                     {"key": "writer", "overlay": {"disabledTools": ["run_command"]}},
@@ -225,4 +236,74 @@ def test_a_spawn_tree_is_one_trace_in_jaeger(
     # b's command was cut short by the kill, and says so.
     assert tag(tools["b", "run_command"], "otel.status_description") == (
         "cut short: the run ended (Killed)"
+    )
+
+
+def test_a_collector_that_is_down_costs_a_run_only_its_spans(
+    cluster: Cluster, traced: tuple[str, Operator, Path]
+) -> None:
+    """Spans to a port where nothing listens: the run does its work and ends Done as
+    usual, and says how many spans it dropped."""
+    namespace, _, _ = traced
+    client = Client(cluster.api, namespace)
+    cluster.apply(namespace, agent(f"http://127.0.0.1:{free_port()}"), agent(None, "plain"))
+    first_revision(cluster, namespace)
+    first_revision(cluster, namespace, "plain")
+    took = {}
+    for name, agent_name in (("solo", "planner"), ("untraced", "plain")):
+        started = time.monotonic()
+        client.spawn(
+            name,
+            WorkerSpec(
+                agent=agent_name,
+                initial_message="write",
+                script=[
+                    {"tool": "write_file", "args": {"path": "n.txt", "content": "x"}},
+                    {"reply": "written"},
+                ],
+            ),
+        )
+        wait_until(f"{name} to finish", lambda n=name: phase(client, n) == "Done", timeout=120)  # type: ignore[misc]
+        took[name] = time.monotonic() - started
+        assert client.get(name).status.output == "written"
+    notices = wait_until(
+        "its dropped spans to be told",
+        lambda: [
+            e.summary
+            for e in client.get("solo").status.recent_events
+            if "spans did not" in e.summary
+        ],
+        timeout=30,
+    )
+    # run, turn, two model calls, one tool call: none reached a collector.
+    assert "tracing: 5 spans did not reach the collector" in notices[0]
+    # A figure for the record, not a claim (bench/ makes those): spawn to Done.
+    print(f"spawn to Done: collector down {took['solo']:.1f}s, no tracing {took['untraced']:.1f}s")
+
+
+def test_a_child_may_not_claim_another_tree_s_trace(
+    cluster: Cluster, traced: tuple[str, Operator, Path]
+) -> None:
+    namespace, _, _ = traced
+    cluster.apply(namespace, agent("http://127.0.0.1:9"))
+    first_revision(cluster, namespace)
+    cluster.apply(namespace, worker("lead", initialMessage="x"))
+    foreign = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    refused = cluster.apply(
+        namespace, worker("kid", parent="lead", traceparent=foreign), check=False
+    )
+    assert refused.returncode != 0
+    assert (
+        "spec.traceparent: names trace 4bf92f3577b34da6a3ce929d0e0e4736, but a child runs in "
+        "its parent's trace ('lead': "
+    ) in refused.stderr
+    zeros = "00-00000000000000000000000000000000-00f067aa0ba902b7-01"
+    refused = cluster.apply(namespace, worker("odd", traceparent=zeros), check=False)
+    assert refused.returncode != 0
+    assert "spec.traceparent" in refused.stderr and "neither id all zeros" in refused.stderr
+    # The parent's own trace is the child's: admitted.
+    client = Client(cluster.api, namespace)
+    own = client.tree("lead").trace_id
+    cluster.apply(
+        namespace, worker("kid", parent="lead", traceparent=f"00-{own}-1111111111111111-01")
     )
