@@ -307,3 +307,7 @@ def test_a_child_may_not_claim_another_tree_s_trace(
     cluster.apply(
         namespace, worker("kid", parent="lead", traceparent=f"00-{own}-1111111111111111-01")
     )
+    # A child the client spawns goes under its parent's run span, as spawn_worker's would.
+    spawned = client.spawn("kid2", WorkerSpec(agent="planner", parent="lead"))
+    assert spawned.spec.traceparent is not None
+    assert spawned.spec.traceparent.split("-")[1] == own

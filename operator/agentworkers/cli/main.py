@@ -113,14 +113,17 @@ def _operator(args: argparse.Namespace) -> int:
     tracing.configure(options.otlp_endpoint, options.trace_sample_ratio)
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
-    kopf.run(
-        standalone=options.standalone,
-        peering_name=options.peering,
-        namespaces=options.namespaces,
-        clusterwide=not options.namespaces,
-        liveness_endpoint=options.liveness,
-        memo=kopf.Memo(options=options),
-    )
+    try:
+        kopf.run(
+            standalone=options.standalone,
+            peering_name=options.peering,
+            namespaces=options.namespaces,
+            clusterwide=not options.namespaces,
+            liveness_endpoint=options.liveness,
+            memo=kopf.Memo(options=options),
+        )
+    finally:
+        tracing.close()  # the spans still queued, for at most a few seconds
     return 0
 
 

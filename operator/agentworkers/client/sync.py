@@ -51,7 +51,7 @@ from agentworkers.client.results import (
     spawn_forest,
     spawn_tree,
 )
-from agentworkers.core.tracing import trace_hex_of
+from agentworkers.core.tracing import run_traceparent, trace_hex_of
 from agentworkers.kube.api import ALL_NAMESPACES, JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
 
@@ -158,6 +158,7 @@ class Client(ConfigReads):
         progress: Progress | None = None,
     ) -> WorkerInfo:
         """Create the worker; with `wait`, return once it is in one of those phases (or ended)."""
+        spec = self._in_parent_trace(spec)
         body = {
             "apiVersion": API_VERSION,
             "kind": "Worker",
@@ -177,6 +178,23 @@ class Client(ConfigReads):
 
     def get(self, name: str) -> WorkerInfo:
         return WorkerInfo.from_body(self._get(name))
+
+    def _in_parent_trace(self, spec: WorkerSpec) -> WorkerSpec:
+        """A child spawned from here, of an agent that traces, goes into its parent's trace,
+        under the parent's run span (core.tracing), as a runtime's spawn_worker puts it
+        under its own span. Anything amiss (no such parent) is admission's to say."""
+        if not spec.parent or spec.traceparent:
+            return spec
+        try:
+            config = self.api.get("agentconfigs", self.namespace, spec.agent)
+            tracing = ((config or {}).get("spec") or {}).get("tracing")
+            parent = self.api.get(PLURAL, self.namespace, spec.parent) if tracing else None
+        except ApiError:
+            return spec
+        if not tracing or parent is None:
+            return spec
+        header = run_traceparent(parent, float(tracing.get("sampleRatio", 1.0)))
+        return spec.model_copy(update={"traceparent": header})
 
     def list(
         self, where: WorkerFilter | None = None, *, all_namespaces: bool = False

@@ -123,6 +123,13 @@ def run_context(traceparent: str | None, uid: str, ratio: float) -> TraceContext
     return TraceContext(trace_id, _derived(uid, "span"), sampled)
 
 
+def run_traceparent(body: Mapping[str, Any], ratio: float) -> str:
+    """The traceparent of a Worker's run span: what a child spawned from outside its run
+    (a client) carries, to sit under it."""
+    spec = body.get("spec") or {}
+    return run_context(spec.get("traceparent"), body["metadata"]["uid"], ratio).header()
+
+
 def check_child_trace(traceparent: str | None, parent_name: str, parent_trace_id: int) -> None:
     """A child's traceparent names its parent's run's trace, or the child is refused: a
     tree is one trace, and a run cannot hang its spans in another tree's."""
