@@ -23,6 +23,7 @@ from agentworkers.core.tracing import run_context
 from agentworkers.otel import Tracer
 from agentworkers.runtime.events import EventBus
 from agentworkers.runtime.loop import AgentLoop
+from agentworkers.runtime.models import ToolCall
 from agentworkers.runtime.providers import ScriptedModel
 from agentworkers.runtime.tools import Sandbox, Toolbox
 from agentworkers.runtime.tracing import TracedRun
@@ -177,3 +178,21 @@ def test_a_run_without_tracing_never_imports_the_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_tree_not_sampled_hands_its_children_the_same_decision() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = Tracer("test", "http://127.0.0.1:9", 0.0, exporter=exporter)
+    root = {"metadata": {**BODY["metadata"], "name": "lead"}, "spec": {"agent": "planner"}}
+    spans = TracedRun(
+        tracer, root, "scripted", "m", Tracing(endpoint="http://127.0.0.1:9", sampleRatio=0.0)
+    )
+    call = ToolCall("c1", "spawn_worker", {"name": "kid"})
+    with spans.turn(0), spans.tool_call(call):
+        handed = spans.traceparent()
+    spans.close()
+    assert handed is not None
+    _, trace_id, _, flags = handed.split("-")
+    assert trace_id == run_context(None, "uid-kid", 0.0).trace_hex  # the tree's trace
+    assert flags == "00"  # not sampled: the child's spans are not sent either
+    assert exporter.get_finished_spans() == ()
