@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.support import REPO, free_port, wait_until
+from tests.e2e.support import answers, built, free_port, stop, wait_until
 
 CONFIG = """\
 service:
@@ -61,19 +61,6 @@ exporters:
 """
 
 
-def build() -> Path:
-    """The cached build's bin directory (a cold build takes minutes: `make tools` does it)."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-jaeger.sh")],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError("hack/build-jaeger.sh failed (its output is above)")
-    return Path(result.stdout.strip().splitlines()[-1])
-
-
 @dataclass
 class Jaeger:
     """A running Jaeger: `otlp` is what an AgentConfig's spec.tracing.endpoint names."""
@@ -86,7 +73,7 @@ class Jaeger:
     @classmethod
     @contextlib.contextmanager
     def start(cls, workdir: Path) -> Iterator[Jaeger]:
-        binary = build() / "jaeger"
+        binary = built("build-jaeger.sh") / "jaeger"
         ports = {k: free_port() for k in ("health", "query", "query_grpc", "otlp")}
         config = workdir / "jaeger.yaml"
         config.write_text(CONFIG.format(**ports))
@@ -105,21 +92,12 @@ class Jaeger:
             wait_until("jaeger to be ready", lambda: jaeger.ready(ports["health"]), timeout=60)
             yield jaeger
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, 20)
 
     def ready(self, health: int) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"jaeger exited:\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health}/status", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return answers(f"http://127.0.0.1:{health}/status")
 
     def trace(self, trace_id: str) -> dict[str, Any] | None:
         """One trace as the query API gives it (spans with their references, tags and
