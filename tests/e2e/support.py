@@ -407,12 +407,37 @@ def pod_runner(
     finally:
         # It stops each pod's process as a kubelet would (SIGTERM, then SIGKILL): an
         # operator's graceful stop may take a while.
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process, 60)
+
+
+def stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `grace` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of `url` (a health endpoint) answers 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def built(script: str) -> Path:
+    """The bin directory a `hack/build-*.sh` builds into (it prints it last); a cold build
+    takes minutes (`make tools` does it up front), a cached one returns at once."""
+    result = subprocess.run(
+        ["bash", str(REPO / "hack" / script)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"hack/{script} failed (its output is above)")
+    return Path(result.stdout.strip().splitlines()[-1])
 
 
 def process_with(env: dict[str, str], command: str) -> int | None:

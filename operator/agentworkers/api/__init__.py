@@ -172,6 +172,7 @@ WORKER = Resource(
         _fixed("agent"),
         _fixed("parent"),
         _fixed("profile"),
+        _fixed("traceparent"),
         {
             # Names and digests, not the content (its size would cost the rule too much):
             # the run checks the content against the digest.

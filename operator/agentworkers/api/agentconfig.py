@@ -31,6 +31,7 @@ from agentworkers.api.provider import (
     ReasoningAPI,
     reasoning_api_rule,
 )
+from agentworkers.api.tracing import Tracing
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     MAX_INSTRUCTIONS_BYTES,
@@ -473,6 +474,11 @@ class AgentConfigSpec(KubeModel):
     virtual_agents: VirtualAgents | None = Field(
         default=None,
         description="Virtual-agent profiles declared in the config (the revision door).",
+    )
+    tracing: Tracing | None = Field(
+        default=None,
+        description="Send the runs' spans (model and tool calls, queries, the run's life) to "
+        "an OTLP collector, one trace per spawn tree; omitted, no tracing.",
     )
     revision_history_limit: StrictInt = Field(
         default=DEFAULT_REVISION_HISTORY_LIMIT,

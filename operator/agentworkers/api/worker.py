@@ -15,6 +15,7 @@ from agentworkers.api.provider import (
     ReasoningAPI,
     reasoning_api_rule,
 )
+from agentworkers.api.tracing import TraceParent
 from agentworkers.virtualagent import (
     HEX_DIGEST_PATTERN,
     INPUT_NAME_PATTERN,
@@ -162,6 +163,7 @@ class WorkerSpec(KubeModel):
         "(Done) after the first answer.",
     )
     kill: Kill | None = Field(default=None, description="Set to stop the run.")
+    traceparent: TraceParent | None = None
     suspend: bool = Field(
         default=False,
         description="Hold the run before it starts (the binding is still made at spawn). "

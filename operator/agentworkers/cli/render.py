@@ -216,7 +216,10 @@ def tree_text(roots: TreeNode | Sequence[TreeNode], namespaces: bool = False) ->
     for root in [roots] if isinstance(roots, TreeNode) else roots:
         walk(root, "", "")
     header = led(namespaces, ("NAME", "PHASE", "PROFILE", "TOKENS", "AGE", "REASON"))
-    return table(header, rows, verbatim=(int(namespaces),))
+    text = table(header, rows, verbatim=(int(namespaces),))
+    if isinstance(roots, TreeNode) and roots.trace_id:
+        text += f"\nTrace ID: {roots.trace_id}\n"
+    return text
 
 
 def inspection_text(found: Inspection, since: int) -> str:

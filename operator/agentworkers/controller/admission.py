@@ -38,6 +38,7 @@ from agentworkers.core.revisions import (
     standalone_source,
 )
 from agentworkers.core.spawning import ancestor_profile, check_binding_write, check_spawn
+from agentworkers.core.tracing import check_spawn_trace
 from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import (
     REFUSALS,
@@ -204,6 +205,10 @@ def validate_worker(
             UnknownWorkerError(field="spec.parent", rule=f"no worker named {worker.parent!r}")
         )
     if parent_body is not None:
+        try:
+            check_spawn_trace(worker.traceparent, parent_body)
+        except REFUSALS as e:
+            raise _refuse_spawn(e) from e
         name = body["metadata"]["name"]
         limits = ((config_body or {}).get("spec") or {}).get("limits") or {}
         _check_tree(

@@ -141,3 +141,8 @@ QUOTA_TOKENS = Gauge(
     "runs may still use) and remaining, by the quota's namespace and name.",
     ["quota_namespace", "quota", "kind"],
 )
+SPANS_DROPPED = Counter(
+    "agentworkers_trace_spans_dropped_total",
+    "The operator's spans that did not reach the trace collector (refused, timed out, or "
+    "past the exporter's queue): tracing costs the spans, never a reconcile.",
+)

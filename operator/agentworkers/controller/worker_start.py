@@ -38,6 +38,7 @@ from agentworkers.core.spawning import (
     summary,
     verify_run_start,
 )
+from agentworkers.core.tracing import check_child_trace
 from agentworkers.errors import REFUSALS, ApiError, RunFailedError
 from agentworkers.kube.repository import Conflict, Repository, ref
 from agentworkers.virtualagent import Profile
@@ -167,6 +168,8 @@ def start(
     check_secrets(worker.spec, config.allowed_secrets)
     check_reasoning_api(worker.spec, config.model)
     check_kind(worker.spec)
+    if parent is not None:
+        check_child_trace(worker.spec.traceparent, parent.name, parent.trace_id)
     effective = resolve(config, worker.spec, profile)
     via = ""
     if ancestor is not None and not worker.spec.profile:

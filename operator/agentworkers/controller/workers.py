@@ -18,7 +18,7 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
-from agentworkers.controller import lineage, metrics, quotas, worker_tree
+from agentworkers.controller import lineage, metrics, quotas, tracing, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, grant_access, start
@@ -113,7 +113,8 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         # Until the run starts, every pass checks the binding is the one written for it.
         annotation = worker.annotations.get(BINDING_ANNOTATION)
         if check_binding(worker.spec, annotation, worker.status.binding, parent) is None:
-            bind(storage, worker, parent_body, parent, active)
+            with tracing.spawn_span("bind profile", worker.body):
+                bind(storage, worker, parent_body, parent, active)
     elif parent_body is not None:
         adopt(storage, worker, parent_body, {}, {})
 
@@ -141,6 +142,7 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         with (
             worker_tree.place(storage, worker, parent_body, config.limits.token_budget),
             quotas.place(storage, worker.namespace, worker.name, worker.spec.agent),
+            tracing.spawn_span("create pod", worker.body),
         ):
             pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):

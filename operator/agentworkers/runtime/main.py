@@ -46,6 +46,8 @@ from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
 from agentworkers.runtime.providers import client_for
 from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
+from agentworkers.runtime.tracing import RunSpans
+from agentworkers.runtime.tracing import start as start_spans
 
 log = logging.getLogger("agentworkers.runtime")
 T = TypeVar("T")
@@ -66,10 +68,12 @@ class Reporter:
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.sent_index = 0
+        self.on_report: Callable[[dict[str, Any]], None] = lambda _: None  # the run span's
         self.thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
         self.thread.start()
 
     def report(self, **fields: Any) -> None:
+        self.on_report(fields)
         with self.lock:
             self.pending.update(fields)
         self.wake.set()
@@ -130,8 +134,11 @@ def _once_granted(call: Callable[[], T]) -> T:
 class KubeWorkerOps:
     """The planner tools' view of the cluster: children of this worker, of its agent."""
 
-    def __init__(self, client: Client, me: str, agent: str, sandbox: Sandbox) -> None:
+    def __init__(
+        self, client: Client, me: str, agent: str, sandbox: Sandbox, spans: RunSpans
+    ) -> None:
         self.client, self.me, self.agent, self.sandbox = client, me, agent, sandbox
+        self.spans = spans
 
     def spawn(
         self, name: str, message: str, profile: str | None, inputs: list[str], description: str
@@ -143,6 +150,8 @@ class KubeWorkerOps:
             profile=profile,
             initial_message=message,
             inputs=read_inputs(self.sandbox, inputs),
+            # The spawn_worker span this runs in: the child's run goes below it.
+            traceparent=self.spans.traceparent(),
         )
         created = self.client.spawn(name, spec)
         return {
@@ -237,6 +246,8 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     reporter = Reporter(storage, namespace, name, bus)
     config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
     spec = WorkerSpec.model_validate(body["spec"])
+    spans = start_spans(config.tracing, body, config.provider, config.model)
+    reporter.on_report = spans.observe
     try:
         verify_pin(storage, body)
         # Before the first step: the inputs, checked against their digests.
@@ -247,12 +258,15 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
             error=f"{error.reason}: {error}",
             lastEvent=f"{error.reason} at run start",
         )
+        close_spans(spans, bus)
         reporter.close()
         sink.close()
         return 1
     tools = [
         *Sandbox(sandbox).tools(),
-        *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent, Sandbox(sandbox))),
+        *planner_tools(
+            KubeWorkerOps(Client(api, namespace), name, spec.agent, Sandbox(sandbox), spans)
+        ),
     ]
     servers = McpServers(config.mcp_servers)
     toolbox = Toolbox.for_config(config, tools, servers.tools)
@@ -277,12 +291,24 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
             inputs_note,
             bus,
             reporter,
+            spans,
         )
     finally:
         servers.close()
+        close_spans(spans, bus)
         reporter.close()
         sink.close()
         api.client.close()
+
+
+def close_spans(spans: RunSpans, bus: EventBus) -> None:
+    """End the run span and send the spans left; a notice says how many were dropped."""
+    dropped = spans.close()
+    if dropped:
+        bus.publish(
+            EventKind.NOTICE,
+            {"text": f"tracing: {dropped} spans did not reach the collector", "dropped": dropped},
+        )
 
 
 def connect_mcp(servers: McpServers, toolbox: Toolbox, bus: EventBus, reporter: Reporter) -> bool:
@@ -329,6 +355,7 @@ def _run_loop(
     inputs_note: str,
     bus: EventBus,
     reporter: Reporter,
+    spans: RunSpans,
 ) -> int:
     """The agent loop, its status reports, and the queries, until the run ends."""
     finished = threading.Event()
@@ -354,6 +381,7 @@ def _run_loop(
         skills,
     )
     # The operator sums every run's usage into its tree's (AgentConfig spec.tree.tokenBudget).
+    loop.spans = spans
     loop.on_usage = lambda prompt, completion: reporter.report(
         tokensUsed={
             "prompt": prompt,
@@ -402,6 +430,7 @@ def _serve(
                     continue
                 current = WorkerSpec.model_validate(body["spec"])
                 if current.kill is not None:
+                    loop.spans.killed(current.kill.reason)
                     return 0  # the operator records the kill and removes the pod
                 for query in current.queries[delivered:]:
                     loop.send(query)

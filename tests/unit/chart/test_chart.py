@@ -590,6 +590,23 @@ def test_metrics_service_and_service_monitor(rendered: dict[str, list[dict[str, 
     )
 
 
+def test_the_operator_traces_to_the_collector_the_values_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert not any(a.startswith("--otlp-endpoint") for a in args_of(render()))  # off by default
+    sets = {"tracing.endpoint": "http://otel.observability:4318", "tracing.sampleRatio": "0.25"}
+    args = args_of(render(sets=sets))
+    seen: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "_operator", lambda parsed: seen.append(parsed) or 0)
+    assert cli.main(args) == 0
+    assert (seen[0].otlp_endpoint, seen[0].trace_sample_ratio) == (
+        "http://otel.observability:4318",
+        0.25,
+    )
+    refused = helm("template", "x", str(CHART), "--set", "tracing.endpoint=otel:4318", check=False)
+    assert refused.returncode != 0 and "/tracing/endpoint" in refused.stderr
+
+
 def test_dashboard_config_map_carries_the_dashboard(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
