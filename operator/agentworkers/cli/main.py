@@ -98,7 +98,11 @@ def _operator(args: argparse.Namespace) -> int:
         log_refkey="object",
     )
     _log_uncaught()
-    kopf_fixes.apply(options.namespaces)
+    try:
+        kopf_fixes.apply(options.namespaces)
+    except kopf_fixes.KopfChanged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     collector.install()
     if not args.verbose:
         kopf_settings.quiet()
