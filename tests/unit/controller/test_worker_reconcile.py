@@ -463,7 +463,8 @@ def test_below_a_profile_run_the_bounds_are_inherited() -> None:
 
 def test_a_stale_write_is_retried_not_forced() -> None:
     """The runtime wrote the status between our read and our write: our write is refused
-    (409) rather than undoing its report."""
+    (409, an ApiError as from the API server) rather than undoing its report, and the
+    retry writes on top of what the runtime wrote, with the pod the first pass made."""
     memory = Memory()
     planner(memory)
     memory.put("workers", worker("w"))
@@ -476,9 +477,15 @@ def test_a_stale_write_is_retried_not_forced() -> None:
         return found
 
     memory.get = get_then_runtime_writes  # type: ignore[method-assign]
-    with pytest.raises(Exception, match="Conflict"):
+    with pytest.raises(ApiError) as refused:  # what `Requeue` retries, with backoff
         workers.reconcile(memory, "ns", "w")
+    assert refused.value.status == 409
     assert memory.find("workers", "w")["status"] == {"lastEvent": "from the runtime"}  # type: ignore[index]
+    memory.get = real_get  # type: ignore[method-assign]
+    assert reconcile(memory, "w") == "done"  # the retry, on what the runtime wrote
+    status = memory.find("workers", "w")["status"]  # type: ignore[index]
+    assert status["phase"] == "Pending" and status["pod"] == "w"
+    assert sum(1 for w in memory.writes if w == ("POST", "pods", "w")) == 1  # not a second
 
 
 def test_a_kill_reaches_the_whole_tree_once() -> None:
