@@ -1,7 +1,8 @@
 """An in-memory `Repository`: the API server as the controller sees it, for table tests.
 
 It keeps resource versions and refuses a stale precondition with a 409, as the API server
-does and as `Storage` reports it (an `ApiError`, which `Requeue` retries); it records every write and Event, so a test asserts what a user would see.
+does and as `Storage` reports it (an `ApiError`, which `Requeue` retries); it records
+every write and Event, so a test asserts what a user would see.
 """
 
 from __future__ import annotations
