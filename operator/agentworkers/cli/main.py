@@ -59,7 +59,7 @@ def _operator(args: argparse.Namespace) -> int:
 
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
-        startup.register_store(lean=True)
+        startup.register_store()
     else:
         import agentworkers.controller.handlers  # noqa: PLC0415
     webhook = args.role != "controller" and not args.no_webhook
