@@ -29,6 +29,7 @@ from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check_bounds as check_inputs
+from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
     ParentRun,
@@ -39,7 +40,7 @@ from agentworkers.core.spawning import (
     verify_run_start,
 )
 from agentworkers.errors import REFUSALS, ApiError, RunFailedError
-from agentworkers.kube.repository import Conflict, Repository, ref
+from agentworkers.kube.repository import Conflict, Repository
 from agentworkers.virtualagent import Profile
 
 
@@ -93,7 +94,7 @@ def adopt(
     if parent_body is not None and parent_body["metadata"]["uid"] not in {
         o.get("uid") for o in owners
     }:
-        owners.append(ref(parent_body, controller=False))
+        owners.append(owner_reference(parent_body, controller=False))
         write = True
     if write:
         try:
