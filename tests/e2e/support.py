@@ -202,10 +202,13 @@ class Operator:
             # Its webhooks outlive a stop on purpose (writes fail closed while no operator
             # answers); an operator that is gone for good takes them along.
             if "--no-webhook" not in args:
-                for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-                    cluster.kubectl(
-                        "delete", kind, running.webhook_name, "--ignore-not-found", check=False
-                    )
+                cluster.kubectl(
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    running.webhook_name,
+                    "--ignore-not-found",
+                    check=False,
+                )
 
     @staticmethod
     def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

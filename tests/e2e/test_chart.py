@@ -195,6 +195,10 @@ def test_default_install_is_accepted_and_least_privilege(
     assert not release.can(op, "get", "secrets", "--all-namespaces")
     assert not release.can(op, "list", "secrets", "-n", namespace)
     assert not release.can(op, "delete", "namespaces")
+    # No mutating webhook, so no configuration for one (each uninstall left it behind).
+    assert not release.can(
+        op, "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+    )
     assert not release.can(op, "get", "configmaps", "-n", namespace)
     assert not release.can(op, "patch", "agentconfigrevisions.agentworkers.io", "-n", namespace)
     assert not release.can(op, "create", "clusterroles.rbac.authorization.k8s.io")

@@ -1,4 +1,4 @@
-"""Seven changes to kopf (1.45), applied before `kopf.run`.
+"""Eight changes to kopf (1.45), applied before `kopf.run`.
 
 Each replaces or wraps a private part of kopf (`kopf._cogs`, `kopf._core`), so
 `pyproject.toml` holds kopf to the releases they are tested on, and `apply` checks every
@@ -77,6 +77,15 @@ before the readiness wait, the handler after). It stays registered with kopf as 
 which is what makes kopf watch it and wait for its listing, and what runs its handlers
 if a kopf upgrade moves the function replaced here. A handler's error is logged and the
 stream goes on, as kopf does for an event handler's.
+
+8. No MutatingWebhookConfiguration without a mutating webhook.
+
+kopf manages a validating and a mutating configuration side by side, and creates each at
+start, whether or not it has a webhook of that kind. The operator has validating ones
+only: the mutating configuration it made stayed empty and owned by nothing, so each
+`helm uninstall` (which removes the chart's validating one) left one behind. Its manager
+now runs only when a mutating webhook is registered; else it waits, as kopf's own does
+when it manages nothing (a root task that ends stops the operator).
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ from typing import Any
 import kopf
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.engines import admission
+from kopf._core.intents import causes, registries
 from kopf._core.reactor import observation, orchestration, processing, queueing
 
 from agentworkers.errors import Refusal
@@ -265,6 +275,25 @@ async def _guarded(handler: EventHandler, resource: Any, **kwargs: Any) -> None:
 
 
 _build_webhooks: Callable[..., list[dict[str, Any]]] = _kopf_s(admission, "build_webhooks")
+_mutating_configuration_manager: Callable[..., Awaitable[None]] = _kopf_s(
+    admission, "mutating_configuration_manager"
+)
+
+
+def _mutating(registry: Any) -> list[Any]:
+    return [
+        handler
+        for handler in registry._webhooks.get_all_handlers()
+        if handler.reason == causes.WebhookType.MUTATING
+    ]
+
+
+async def mutating_configuration_manager(*, registry: Any, **kwargs: Any) -> None:
+    """kopf's own if a mutating webhook is registered; else nothing, for good (see 8)."""
+    if _mutating(registry):
+        await _mutating_configuration_manager(registry=registry, **kwargs)
+    else:
+        await asyncio.Event().wait()
 
 
 def served_condition(patterns: Sequence[str]) -> dict[str, str] | None:
@@ -375,6 +404,15 @@ def missing() -> list[str]:
                 _build_response, "outcomes"
             ),
             "kopf._core.engines.admission.build_webhooks": callable(_build_webhooks),
+            "kopf._core.engines.admission.mutating_configuration_manager(registry)": _takes(
+                _mutating_configuration_manager, "registry"
+            ),
+            "kopf._core.intents.registries.OperatorRegistry._webhooks.get_all_handlers": hasattr(
+                getattr(registries.OperatorRegistry(), "_webhooks", None), "get_all_handlers"
+            ),
+            "kopf._core.intents.causes.WebhookType.MUTATING": hasattr(
+                getattr(causes, "WebhookType", None), "MUTATING"
+            ),
             "kopf._core.reactor.orchestration.spawn_missing_watchers(ensemble)": _takes(
                 _spawn_missing_watchers, "ensemble"
             ),
@@ -401,7 +439,7 @@ def missing() -> list[str]:
 
 
 def apply(namespaces: Sequence[str] = ()) -> None:
-    """Install all seven (idempotent): kopf looks these up when it runs them. `namespaces`:
+    """Install all eight (idempotent): kopf looks these up when it runs them. `namespaces`:
     the operator's `--namespace` patterns (none: every namespace). Raises `KopfChanged`,
     having patched nothing, when a point is missing."""
     if gone := missing():
@@ -414,6 +452,7 @@ def apply(namespaces: Sequence[str] = ()) -> None:
         _views_per_access(cls, views)
     admission.build_response = build_response
     admission.build_webhooks = _served_only(namespaces)
+    admission.mutating_configuration_manager = mutating_configuration_manager
     orchestration.spawn_missing_watchers = spawn_missing_watchers
     processing.process_resource_event = process_resource_event  # type: ignore[assignment]
     queueing.watcher = watcher

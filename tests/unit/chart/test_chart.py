@@ -243,11 +243,6 @@ OPERATOR_CLUSTER_NEEDS = [
         "validatingwebhookconfigurations",
         "get list watch create patch",
     ),
-    (
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
-        "get list watch create patch",
-    ),
 ]
 
 

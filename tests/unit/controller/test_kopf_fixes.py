@@ -7,6 +7,7 @@ stops the operator at its start."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import sys
@@ -356,3 +357,39 @@ def test_the_operator_does_not_start_on_such_a_kopf(
     err = capsys.readouterr().err
     assert err.startswith(f"error: kopf {version('kopf')} is not a kopf")
     assert "process_resource_event" in err and "Traceback" not in err
+
+
+def _managed(registry: registries.OperatorRegistry, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What kopf's mutating configuration manager is asked to do within 0.2 s of start."""
+    managed: list[Any] = []
+
+    async def kopf_s(*, registry: Any, **_: Any) -> None:
+        managed.append(registry)
+
+    monkeypatch.setattr(kopf_fixes, "_mutating_configuration_manager", kopf_s)
+    kopf_fixes.apply()
+    assert admission.mutating_configuration_manager is kopf_fixes.mutating_configuration_manager
+
+    async def run() -> None:
+        manager = admission.mutating_configuration_manager(registry=registry, settings=None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(manager, 0.2)
+
+    asyncio.run(run())
+    return managed
+
+
+def test_no_mutating_webhook_configuration_without_a_mutating_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf made an empty MutatingWebhookConfiguration beside the validating one, which
+    each chart uninstall left behind: with validating webhooks only, none is made."""
+    registry = registries.OperatorRegistry()
+    kopf.on.validate("agentworkers.io", "v1alpha1", "workers", id="w", registry=registry)(
+        lambda **_: None
+    )
+    assert _managed(registry, monkeypatch) == []
+    kopf.on.mutate("agentworkers.io", "v1alpha1", "workers", id="m", registry=registry)(
+        lambda **_: None
+    )
+    assert _managed(registry, monkeypatch) == [registry]
