@@ -202,9 +202,7 @@ def start(
         raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
     _grant_rbac(storage, worker, rbac)
     metrics.SPAWNS.inc()
-    born = dt.datetime.fromisoformat(
-        worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
-    )
+    born = clocks.parse(worker.body["metadata"]["creationTimestamp"])
     metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
     return created
 
