@@ -34,8 +34,9 @@ tools: $(BIN)/.installed ## build the Go-built tools (control plane, kwok, helm,
 	bash hack/build-jaeger.sh >/dev/null
 	PYTHON=$(BIN)/python bash hack/pod-tools.sh >/dev/null
 
-unit: $(BIN)/.installed ## unit tests only (no cluster)
-	$(BIN)/pytest tests/unit
+# The slow unit tests (marked `slow`: helm, the release artefacts) run in `make test` only.
+unit: $(BIN)/.installed ## unit tests only (no cluster), but the slow ones: seconds, for the edit-test loop
+	$(BIN)/pytest tests/unit -m "not slow"
 
 e2e: $(BIN)/.installed tools ## end-to-end tests only
 	$(BIN)/pytest tests/e2e

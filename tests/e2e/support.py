@@ -21,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 import kubernetes
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -201,10 +202,13 @@ class Operator:
             # Its webhooks outlive a stop on purpose (writes fail closed while no operator
             # answers); an operator that is gone for good takes them along.
             if "--no-webhook" not in args:
-                for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-                    cluster.kubectl(
-                        "delete", kind, running.webhook_name, "--ignore-not-found", check=False
-                    )
+                cluster.kubectl(
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    running.webhook_name,
+                    "--ignore-not-found",
+                    check=False,
+                )
 
     @staticmethod
     def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -275,22 +279,21 @@ class Operator:
         except OSError:
             return False
 
-    def resumed(self, obj: tuple[str, str, str], after: int = 0) -> bool:
-        """Has kopf finished resuming `(kind, namespace, name)`? Read from the JSON log
-        (the operator runs with --log-format=json) past byte offset `after`."""
-        with self.log.open("rb") as log:
-            log.seek(after)
-            for raw in log:
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                ref = line.get("object") or {}
-                if (ref.get("kind"), ref.get("namespace"), ref.get("name")) == obj and str(
-                    line.get("message", "")
-                ).startswith("Resuming is processed"):
-                    return True
-        return False
+    def sample(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels` (0: none yet)."""
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(self.metrics())
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
+
+    def passed_every(self, handler: str, kind: str) -> bool:
+        """Has this process (since its start) passed over every object of a kind in its
+        store, once at least? Its start's listing queues each once, after it has stored
+        them all: as many passes as objects, whatever their result, covers them."""
+        stored = self.sample("agentworkers_store_objects", kind=kind)
+        return 0 < stored <= self.sample("agentworkers_reconciles_total", handler=handler)
 
     def ready(self) -> bool:
         if self.process.poll() is not None:

@@ -308,7 +308,7 @@ class WorkerStatus(KubeModel):
     observed_generation: StrictInt | None = Field(
         default=None, description="The generation observed."
     )
-    phase: Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"] | None = Field(
+    phase: Phase | None = Field(
         default=None, description="Pending, Running, Idle, Done, Failed or Killed."
     )
     conditions: tuple[Condition, ...] = conditions_field()

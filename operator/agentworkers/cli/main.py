@@ -66,7 +66,7 @@ def _operator(args: argparse.Namespace) -> int:
 
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
-        startup.register_store(lean=True)
+        startup.register_store()
     else:
         import agentworkers.controller.handlers  # noqa: PLC0415
     webhook = args.role != "controller" and not args.no_webhook
@@ -107,7 +107,11 @@ def _operator(args: argparse.Namespace) -> int:
         log_refkey="object",
     )
     _log_uncaught()
-    kopf_fixes.apply(options.namespaces)
+    try:
+        kopf_fixes.apply(options.namespaces)
+    except kopf_fixes.KopfChanged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     collector.install()
     if not args.verbose:
         kopf_settings.quiet()

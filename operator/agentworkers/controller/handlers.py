@@ -43,9 +43,11 @@ from agentworkers.core.revisions import SettleWindow
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
 
-# Workers, pods and profiles have event handlers here, which forget deletions themselves.
+# Workers, pods, AgentConfigs and profiles have event handlers here, which forget
+# deletions themselves.
 register_store(
-    forgotten_elsewhere=("workers", "pods", "virtualagentprofiles"), judged=("workers", "pods")
+    forgotten_elsewhere=("workers", "pods", "agentconfigs", "virtualagentprofiles"),
+    judged=("workers", "pods", "agentconfigs"),
 )
 
 
@@ -58,11 +60,6 @@ def _if_mine(memo: kopf.Memo, reconcile: Callable[..., None]) -> Callable[[str, 
             reconcile(memo.storage, namespace, name)
 
     return attempt
-
-
-def mine(namespace: str, memo: kopf.Memo, **_: Any) -> bool:
-    """kopf filter: this replica serves the namespace."""
-    return bool(memo.shards.owns(namespace))
 
 
 @kopf.on.startup()
@@ -119,21 +116,31 @@ def stop_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.configs.stop()
 
 
-@kopf.on.resume(*AGENT_CONFIGS, when=mine)
-@kopf.on.create(*AGENT_CONFIGS, when=mine)
-@kopf.on.update(*AGENT_CONFIGS, field="spec", when=mine)
-async def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.configs.attempt(namespace, name)
+# AgentConfigs and profiles are reconciled from watch events too, not through kopf's
+# create/update/resume handlers: those write kopf's own annotations (its copy of the last
+# handled spec, its progress) on the users' objects, which the operator never writes.
+
+
+@kopf.on.event(*AGENT_CONFIGS)
+async def agent_config_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A new AgentConfig, a change a pass has not seen (not its own status write's echo),
+    the listing at start and a deletion (its profiles then say their agent is missing)
+    each take a pass."""
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.store.forget("agentconfigs", body)
+    elif not _news("agentconfigs", type, meta, memo):
+        return
+    memo.configs.attempt(meta["namespace"], meta["name"])
 
 
 @kopf.on.event(*PROFILES)
-async def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def profile_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Any change to a profile (including its deletion) re-resolves its agent's map."""
-    body = event.get("object") or {}
-    if event.get("type") == "DELETED":
+    if type == "DELETED":
         memo.store.forget("virtualagentprofiles", body)
     agent = (body.get("spec") or {}).get("agent")
-    if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
+    if not agent or type is None:  # None: the listing, whose AgentConfigs take a pass each
         return
     memo.configs.attempt(body["metadata"]["namespace"], agent)
 
@@ -183,6 +190,8 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
 # Their events only feed the store and queue a pass: kopf's per-event machinery is skipped.
 kopf_fixes.lean(WORKERS, index=store_indexer("workers"), event=worker_event)
 kopf_fixes.lean(PODS, index=store_indexer("pods"), event=pod_event)
+kopf_fixes.lean(AGENT_CONFIGS, index=store_indexer("agentconfigs"), event=agent_config_event)
+kopf_fixes.lean(PROFILES, index=store_indexer("virtualagentprofiles"), event=profile_event)
 
 
 def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:

@@ -1,7 +1,8 @@
 """A work queue for reconciles, as client-go's: one pass per object at a time, retried.
 
 kopf retries its create/update/resume handlers, but not `on.event` ones, which drive
-Workers and profile changes. A `Requeue` gives every reconcile of a kind these rules:
+every kind here (the others write kopf's annotations on users' objects). A `Requeue`
+gives every reconcile of a kind these rules:
 
 * **Passes run on the queue's own threads.** Asking for one (`attempt`) returns at once,
   so kopf's handlers can be `async` and hand each event over as it arrives; the queue

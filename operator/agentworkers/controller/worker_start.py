@@ -29,6 +29,7 @@ from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check_bounds as check_inputs
+from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
     ParentRun,
@@ -40,7 +41,7 @@ from agentworkers.core.spawning import (
 )
 from agentworkers.core.tracing import check_child_trace
 from agentworkers.errors import REFUSALS, ApiError, RunFailedError
-from agentworkers.kube.repository import Conflict, Repository, ref
+from agentworkers.kube.repository import Conflict, Repository
 from agentworkers.virtualagent import Profile
 
 
@@ -94,7 +95,7 @@ def adopt(
     if parent_body is not None and parent_body["metadata"]["uid"] not in {
         o.get("uid") for o in owners
     }:
-        owners.append(ref(parent_body, controller=False))
+        owners.append(owner_reference(parent_body, controller=False))
         write = True
     if write:
         try:
@@ -204,9 +205,7 @@ def start(
         raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
     _grant_rbac(storage, worker, rbac)
     metrics.SPAWNS.inc()
-    born = dt.datetime.fromisoformat(
-        worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
-    )
+    born = clocks.parse(worker.body["metadata"]["creationTimestamp"])
     metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
     return created
 

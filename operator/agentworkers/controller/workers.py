@@ -23,7 +23,7 @@ from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, grant_access, start
 from agentworkers.core import clocks
-from agentworkers.core.conditions import now
+from agentworkers.core.clocks import now
 from agentworkers.core.pods import failure, owned_by, pod_name, running_since
 from agentworkers.core.spawning import check_binding
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentworkers.api import GROUP
 from agentworkers.api.names import WORKER_LABEL
+from agentworkers.core.owners import owner_reference
 
 ACCOUNT_PREFIX = "worker-"
 
@@ -78,16 +79,7 @@ def access_objects(
         "name": name,
         "namespace": meta["namespace"],
         "labels": {WORKER_LABEL: meta["name"]},
-        "ownerReferences": [
-            {
-                "apiVersion": worker_body["apiVersion"],
-                "kind": worker_body["kind"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [owner_reference(worker_body)],
     }
     return [
         {

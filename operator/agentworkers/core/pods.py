@@ -17,6 +17,7 @@ from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.owners import owner_reference
 
 # The worker image when neither the AgentConfig nor the install names one: this release's.
 DEFAULT_IMAGE = f"ghcr.io/agentworkers/agentworkers:{__version__}"
@@ -181,16 +182,7 @@ def build_pod(
             "name": pod_name(name),
             "namespace": meta["namespace"],
             "labels": {WORKER_LABEL: name, AGENT_LABEL: worker.agent},
-            "ownerReferences": [
-                {
-                    "apiVersion": worker_body["apiVersion"],
-                    "kind": worker_body["kind"],
-                    "name": name,
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(worker_body)],
         },
         "spec": spec,
     }

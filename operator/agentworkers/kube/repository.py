@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION
+from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
@@ -31,25 +32,10 @@ class Conflict(Exception):
     """A child already exists under our deterministic name but is not ours."""
 
 
-def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
-    """An ownerReference to `body`, so the garbage collector removes the child with it."""
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "name": body["metadata"]["name"],
-        "uid": body["metadata"]["uid"],
-        "controller": controller,
-        "blockOwnerDeletion": True,
-    }
-
-
 class Repository(Protocol):
     """The operations the controller and admission use; `Storage` documents each."""
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def items(
-        self, plural: str, namespace: str, selector: str | None = None
-    ) -> Iterator[dict[str, Any]]: ...
     def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
     def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
     def children(self, namespace: str, parent: str) -> list[str]: ...
@@ -215,7 +201,7 @@ class Storage:
             "metadata": {
                 "name": name,
                 "labels": {AGENT_LABEL: spec.agent},
-                "ownerReferences": [ref(config)],
+                "ownerReferences": [owner_reference(config)],
                 **({"annotations": {APPLIED_BY_ANNOTATION: applied_by}} if applied_by else {}),
             },
             "spec": spec.wire(),

@@ -31,7 +31,7 @@ from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus, reason
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import Client
-from agentworkers.core.conditions import now
+from agentworkers.core.clocks import now
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
 from agentworkers.core.spawning import verify_run_start

@@ -26,14 +26,14 @@ from tests.unit.chart.helm import (
     VALUE_SETS,
     find,
     helm,
-    helm_or_skip,
     one,
     render,
+    require_helm,
     value_args,
 )
 
 # A cold helm build takes minutes on two cores; later runs find it cached.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 FULLNAME = "agentworkers"
 NAMESPACE = "agentworkers-system"
@@ -42,7 +42,7 @@ RBAC_KINDS = ("Role", "ClusterRole")
 
 @pytest.fixture(scope="module", autouse=True)
 def _helm() -> None:
-    helm_or_skip()
+    require_helm()
 
 
 @pytest.fixture(scope="module")
@@ -237,11 +237,6 @@ OPERATOR_CLUSTER_NEEDS = [
     (
         "admissionregistration.k8s.io",
         "validatingwebhookconfigurations",
-        "get list watch create patch",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
         "get list watch create patch",
     ),
 ]

@@ -1,23 +1,24 @@
 """An in-memory `Repository`: the API server as the controller sees it, for table tests.
 
 It keeps resource versions and refuses a stale precondition with a 409, as the API server
-does; it records every write and Event, so a test asserts what a user would see.
+does and as `Storage` reports it (an `ApiError`, which `Requeue` retries); it records
+every write and Event, so a test asserts what a user would see.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.names import APPLIED_BY_ANNOTATION
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.kube.api import refusal
 from agentworkers.kube.repository import Conflict
 
 Body = dict[str, Any]
@@ -89,7 +90,7 @@ class Memory:
         body = self.objects.get((plural, namespace, name))
         if body is None:
             return None
-        self._precondition(body, resource_version)
+        self._precondition(plural, body, resource_version)
         merged = {**(body.get("status") or {}), **copy.deepcopy(dict(status))}
         for key, value in status.items():  # a merge patch's null removes a map's key
             if isinstance(value, dict) and None in value.values():
@@ -146,7 +147,7 @@ class Memory:
     ) -> str:
         meta = body["metadata"]
         kept = self.objects[(plural, meta["namespace"], meta["name"])]
-        self._precondition(kept, meta["resourceVersion"])
+        self._precondition(plural, kept, meta["resourceVersion"])
         kept_meta = kept["metadata"]
         kept_meta["annotations"] = {**(kept_meta.get("annotations") or {}), **annotations}
         kept_meta["labels"] = {**(kept_meta.get("labels") or {}), **labels}
@@ -202,9 +203,18 @@ class Memory:
 
     # --- what the API server does -------------------------------------------------
 
-    def _precondition(self, body: Body, version: str | None) -> None:
+    def _precondition(self, plural: str, body: Body, version: str | None) -> None:
         if version and version != body["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
+            name = body["metadata"]["name"]
+            status = {
+                "kind": "Status",
+                "status": "Failure",
+                "reason": "Conflict",
+                "code": 409,
+                "message": f'Operation cannot be fulfilled on {plural} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            }
+            raise refusal(409, "Conflict", json.dumps(status))
 
     def _bump(self, body: Body) -> str:
         body["metadata"]["resourceVersion"] = str(next(self._versions))
