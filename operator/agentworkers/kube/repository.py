@@ -53,6 +53,7 @@ class Repository(Protocol):
     def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
     def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
     def children(self, namespace: str, parent: str) -> list[str]: ...
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None: ...
     def patch_status(
         self,
         plural: str,
@@ -158,6 +159,12 @@ class Storage:
             for w in self.items("workers", namespace)
             if (w.get("spec") or {}).get("parent") == parent
         )
+
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """Kueue's Workload for a queued run's pod, as the watch last saw it: the reason its
+        pod waits, for the Worker's status. From the store only (its watch runs where Kueue's
+        CRD exists), never a read on the pass's path; None without one."""
+        return self.store.workload_of(namespace, pod) if self.store is not None else None
 
     def patch_status(
         self,

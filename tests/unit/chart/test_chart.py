@@ -229,6 +229,7 @@ OPERATOR_NEEDS = [
     ("agentworkers.io", "agentconfigs/finalizers", "update"),
     ("agentworkers.io", "agentconfigrevisions", "get list watch create delete"),
     ("", "pods", "get list watch create delete"),
+    ("kueue.x-k8s.io", "workloads", "get list watch"),
     ("", "events", "create patch"),
     ("events.k8s.io", "events", "create patch"),
     ("", "serviceaccounts", "get create delete"),

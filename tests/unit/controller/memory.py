@@ -71,6 +71,16 @@ class Memory:
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
         return list(self.items(plural, namespace))
 
+    def workload_of(self, namespace: str, pod: str) -> Body | None:
+        return next(
+            (
+                b
+                for b in self.items("workloads", namespace)
+                if pod in {o.get("name") for o in b["metadata"].get("ownerReferences") or []}
+            ),
+            None,
+        )
+
     def children(self, namespace: str, parent: str) -> list[str]:
         return sorted(
             b["metadata"]["name"]
