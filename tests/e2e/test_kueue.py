@@ -29,6 +29,7 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 CPU_PER_RUN = "500m"
 NOMINAL = "1"  # two runs' worth per team
+DEADLINE = 600
 AGENT: dict[str, Any] = {
     "apiVersion": f"{GROUP}/{VERSION}",
     "kind": "AgentConfig",
@@ -39,7 +40,11 @@ AGENT: dict[str, Any] = {
             "model": "demo",
             "script": [{"match": ".", "reply": "ok"}],
         },
-        "worker": {"queueName": "agents", "resources": {"requests": {"cpu": CPU_PER_RUN}}},
+        "worker": {
+            "queueName": "agents",
+            "resources": {"requests": {"cpu": CPU_PER_RUN}},
+            "deadlineSeconds": DEADLINE,
+        },
     },
 }
 
@@ -218,23 +223,7 @@ def test_teams_share_a_cohort_fairly_through_kueue(
              "a4": "Queued", "a5": "Queued"}  # fmt: skip
     runs.settle("A's burst: four running (two borrowed), two queued", state)
 
-    # Where they wait, in the Worker's own status and in kubectl's table.
-    waiting = runs.workers()["a4"]["status"]
-    queued = _condition(waiting, "Queued")
-    assert queued is not None and queued["reason"] == "Pending", queued
-    assert queued["message"].startswith("waiting in LocalQueue agents: Pending: "), queued
-    assert "insufficient unused quota for cpu" in queued["message"], queued
-    assert waiting["queue"] == "agents" and waiting.get("startedAt") is None
-    table = cluster.kubectl("get", "workers", "-n", team_a).stdout.splitlines()
-    head = table[0].split()
-    assert "QUEUE" in head
-    row = next(line for line in table if line.startswith("a4 "))
-    assert row.split()[head.index("PHASE")] == "Pending"
-    assert row.split()[head.index("QUEUE")] == "agents"
-    assert "waiting in LocalQueue agents" in row
-    # Kueue's own view: A's ClusterQueue uses more than its nominal quota.
-    usage = cluster.kubectl_json("get", "clusterqueue", f"team-a-{tag}")["status"]
-    assert usage["flavorsUsage"][0]["resources"][0]["borrowed"] == NOMINAL
+    shows_where_it_waits(cluster, runs, team_a, tag)
 
     # B comes back: its two spawns wait (A holds the whole cohort), naming their queue.
     for name in ("b0", "b1"):
@@ -266,6 +255,10 @@ def test_teams_share_a_cohort_fairly_through_kueue(
     ]
     assert sorted(e["involvedObject"]["name"] for e in admitted) == ["b0", "b1"]
     assert "from LocalQueue agents into ClusterQueue team-b-" in admitted[0]["message"]
+    # Admitted after a wait: its pod has what is left of the run's deadline, not all of it.
+    pod = runs.core.read_namespaced_pod("b0", team_b)
+    assert pod.spec.active_deadline_seconds < DEADLINE
+    assert not pod.spec.scheduling_gates
 
     # A kill of a queued run frees its place: the next in A's queue runs instead.
     cli(cluster, team_a, "kill", "a4", "--reason", "not needed any more")
@@ -301,3 +294,23 @@ def test_a_queue_name_is_refused_at_admission_naming_the_field_and_rule(
     assert "spec.worker.resources.requests: a queued run (queueName) needs cpu or memory" in (
         refused.stderr
     ), refused.stderr
+
+
+def shows_where_it_waits(cluster: Cluster, runs: Runs, team_a: str, tag: str) -> None:
+    """A queued run of A's, as its Worker's status and kubectl's table show it."""
+    waiting = runs.workers()["a4"]["status"]
+    queued = _condition(waiting, "Queued")
+    assert queued is not None and queued["reason"] == "Pending", queued
+    assert queued["message"].startswith("waiting in LocalQueue agents: Pending: "), queued
+    assert "insufficient unused quota for cpu" in queued["message"], queued
+    assert waiting["queue"] == "agents" and waiting.get("startedAt") is None
+    table = cluster.kubectl("get", "workers", "-n", team_a).stdout.splitlines()
+    head = table[0].split()
+    assert "QUEUE" in head
+    row = next(line for line in table if line.startswith("a4 "))
+    assert row.split()[head.index("PHASE")] == "Pending"
+    assert row.split()[head.index("QUEUE")] == "agents"
+    assert "waiting in LocalQueue agents" in row
+    # Kueue's own view: A's ClusterQueue uses more than its nominal quota.
+    usage = cluster.kubectl_json("get", "clusterqueue", f"team-a-{tag}")["status"]
+    assert usage["flavorsUsage"][0]["resources"][0]["borrowed"] == NOMINAL

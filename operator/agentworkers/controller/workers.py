@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -207,12 +208,11 @@ def _queued(storage: Repository, worker: Worker, pod: dict[str, Any]) -> bool:
     if not found.waiting:
         worker.condition(reasons.QUEUED, "False", found.reason, found.message)
         if before is not None:  # it waited: its run starts now
+            _deadline_left(storage, worker, pod)
             worker.update(started_at=now(), last_event=found.message)
             worker.announce("Normal", found.reason, found.message)
         return False
-    left = clocks.seconds_left(
-        worker.status.deadline_at, 0, dt.datetime.now(dt.UTC), spread=worker.uid
-    )
+    left = _seconds_to_deadline(worker)
     if left is not None and left <= 0:
         message = (
             f"the run's deadline ({worker.status.deadline_at}) passed while it waited in "
@@ -232,6 +232,24 @@ def _queued(storage: Repository, worker: Worker, pod: dict[str, Any]) -> bool:
     worker.condition(reasons.STARTED, "False", found.reason, found.message)
     worker.condition(reasons.READY, "False", found.reason, found.message)
     return True
+
+
+def _seconds_to_deadline(worker: Worker) -> float | None:
+    return clocks.seconds_left(
+        worker.status.deadline_at, 0, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
+
+
+def _deadline_left(storage: Repository, worker: Worker, pod: dict[str, Any]) -> None:
+    """A run's deadline counts from its spawn (`deadlineAt`, which its children's are cut
+    to), its pod's activeDeadlineSeconds from the pod's start: a run admitted after a wait
+    gets what is left of it, not all of it again."""
+    left = _seconds_to_deadline(worker)
+    if left is not None:
+        meta = pod["metadata"]
+        storage.shorten_pod_deadline(
+            worker.namespace, meta["name"], meta["uid"], max(1, math.ceil(left))
+        )
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:

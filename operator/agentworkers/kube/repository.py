@@ -83,6 +83,7 @@ class Repository(Protocol):
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
@@ -334,6 +335,18 @@ class Storage:
         self._delete(
             "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         )
+
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        """Lower the pod's activeDeadlineSeconds (the API server lets it only go down); gone
+        already, or another pod by now (its uid differs: refused): nothing to do."""
+        patch = {"metadata": {"uid": uid}, "spec": {"activeDeadlineSeconds": seconds}}
+        try:
+            found = self.api.patch("pods", namespace, name, patch)
+        except ApiError as e:
+            if e.status in (404, 409, 422):
+                return
+            raise
+        self._remember("pods", found)
 
     # --- a worker runtime's own account ------------------------------------
 

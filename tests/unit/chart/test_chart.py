@@ -228,7 +228,7 @@ OPERATOR_NEEDS = [
     ("agentworkers.io", "workers/finalizers", "update"),
     ("agentworkers.io", "agentconfigs/finalizers", "update"),
     ("agentworkers.io", "agentconfigrevisions", "get list watch create delete"),
-    ("", "pods", "get list watch create delete"),
+    ("", "pods", "get list watch create delete patch"),
     ("kueue.x-k8s.io", "workloads", "get list watch"),
     ("", "events", "create patch"),
     ("events.k8s.io", "events", "create patch"),

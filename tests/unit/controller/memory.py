@@ -183,6 +183,13 @@ class Memory:
             del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
 
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        pod = self.objects.get(("pods", namespace, name))
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            assert seconds <= pod["spec"].get("activeDeadlineSeconds", seconds)  # the API's rule
+            pod["spec"]["activeDeadlineSeconds"] = seconds
+            self.writes.append(("PATCH", "pods", name))
+
     def delete_worker(self, namespace: str, name: str, uid: str) -> None:
         worker = self.objects.get(("workers", namespace, name))
         if worker is not None and worker["metadata"]["uid"] == uid:

@@ -193,3 +193,19 @@ def test_a_pass_that_freed_the_place_but_ended_before_failing_the_run_fails_it()
     reconcile(memory, "w")
     assert _status(memory, "w")["phase"] == "Failed"
     assert _condition(memory, "w", "Ready")["reason"] == "DeadlineExceeded"  # not PodLost
+
+
+def test_a_run_admitted_after_a_wait_gets_what_is_left_of_its_deadline() -> None:
+    memory = Kueued()
+    planner(memory, worker={**QUEUED_WORKER, "deadlineSeconds": 600})
+    _queued(memory, "w")
+    assert memory.find("pods", "w")["spec"]["activeDeadlineSeconds"] == 600  # type: ignore[index]
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=100)
+    memory.objects[("workers", "ns", "w")]["status"]["deadlineAt"] = soon.strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )  # it waited 500 s
+    _admit(memory, "w")
+    reconcile(memory, "w")
+    left = memory.find("pods", "w")["spec"]["activeDeadlineSeconds"]  # type: ignore[index]
+    assert 98 <= left <= 101
+    assert _status(memory, "w")["deadlineAt"] == soon.strftime("%Y-%m-%dT%H:%M:%SZ")
