@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 # The webhooks of the kinds the tests use (Kueue's own and the pod integration's); the
 # other frameworks' are left out, their CRDs absent here.
 KEPT_WEBHOOKS = ("kueue-x-k8s-io", "--v1-pod")
+METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 
 
 def build() -> Path:
@@ -103,14 +105,27 @@ class Kueue:
         """Kueue, managing the pods of the namespaces that carry `label`."""
         bin_dir = build()
         cluster.kubectl("apply", "--server-side", "-f", str(bin_dir / "crds.yaml"))
+        extensions = kubernetes.client.ApiextensionsV1Api(cluster.api)
         for crd in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
-            cluster.kubectl(
-                "wait", "--for=condition=Established", f"crd/{crd}.{GROUP}", "--timeout=60s"
+            wait_until(
+                f"{crd}.{GROUP} established",
+                lambda name=crd: any(
+                    c.type == "Established" and c.status == "True"
+                    for c in extensions.read_custom_resource_definition(
+                        f"{name}.{GROUP}"
+                    ).status.conditions
+                    or []
+                ),
             )
         core = kubernetes.client.CoreV1Api(cluster.api)
         with contextlib.suppress(kubernetes.client.exceptions.ApiException):
             core.create_namespace({"metadata": {"name": "kueue-system"}})
-        cert, _ = self_signed(workdir / "certs", ["127.0.0.1"])
+        cert, key = self_signed(workdir / "certs", ["127.0.0.1"])
+        # With its own certificate management off, Kueue reads its metrics server's pair
+        # from this fixed path (where its chart mounts a Secret) and will not start without.
+        METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(cert, METRICS_CERTS / "tls.crt")
+        shutil.copy(key, METRICS_CERTS / "tls.key")
         port, health = free_port(), free_port()
         config = workdir / "kueue-config.yaml"
         config.write_text(

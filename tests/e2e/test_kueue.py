@@ -198,7 +198,16 @@ class Runs:
         return out
 
     def settle(self, what: str, wanted: dict[str, str], timeout: float = 90) -> None:
-        wait_until(what, lambda: self.standing() == wanted or None, timeout=timeout, interval=0.5)
+        seen: list[dict[str, str]] = []
+
+        def reached() -> bool:
+            seen[:] = [self.standing()]
+            return seen[0] == wanted
+
+        try:
+            wait_until(what, reached, timeout=timeout, interval=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {seen} while waiting for {wanted}") from None
         time.sleep(3)  # and nothing more happens: no further admission, no second pod
         assert self.standing() == wanted
 
