@@ -260,8 +260,8 @@ def test_teams_share_a_cohort_fairly_through_kueue(
     admitted = [
         e
         for e in cluster.kubectl_json("get", "events", "-n", team_b)["items"]
-        if e["reason"] == "Admitted"
-    ]
+        if e["reason"] == "Admitted" and e["involvedObject"]["kind"] == "Worker"
+    ]  # (Kueue posts its own on its Workloads)
     assert sorted(e["involvedObject"]["name"] for e in admitted) == ["b0", "b1"]
     assert "from LocalQueue agents into ClusterQueue team-b-" in admitted[0]["message"]
     # Admitted after a wait: its pod has what is left of the run's deadline, not all of it.
@@ -314,12 +314,15 @@ def shows_where_it_waits(cluster: Cluster, runs: Runs, team_a: str, tag: str) ->
     assert "insufficient unused quota for cpu" in queued["message"], queued
     assert waiting["queue"] == "agents" and waiting.get("startedAt") is None
     table = cluster.kubectl("get", "workers", "-n", team_a).stdout.splitlines()
-    head = table[0].split()
-    assert "QUEUE" in head
     row = next(line for line in table if line.startswith("a4 "))
-    assert row.split()[head.index("PHASE")] == "Pending"
-    assert row.split()[head.index("QUEUE")] == "agents"
-    assert "waiting in LocalQueue agents" in row
+
+    def cell(column: str) -> str:
+        """The row's cell under `column` (kubectl aligns cells under their header)."""
+        start = table[0].index(column)
+        return row[start:].split("  ")[0].strip()
+
+    assert (cell("PHASE"), cell("QUEUE")) == ("Pending", "agents")
+    assert cell("LAST EVENT").startswith("waiting in LocalQueue agents: Pending: ")
     # Kueue's own view: A's ClusterQueue uses more than its nominal quota.
     usage = cluster.kubectl_json("get", "clusterqueue", f"team-a-{tag}")["status"]
     assert usage["flavorsUsage"][0]["resources"][0]["borrowed"] == NOMINAL
