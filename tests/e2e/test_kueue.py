@@ -22,7 +22,7 @@ from tests.e2e.conftest import SESSION
 from tests.e2e.kueue import GROUP as KUEUE
 from tests.e2e.kueue import VERSION as KUEUE_VERSION
 from tests.e2e.kueue import Kueue
-from tests.e2e.support import Cluster, first_revision, wait_until
+from tests.e2e.support import Cluster, Operator, first_revision, wait_until
 from tests.e2e.test_cli import cli
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -50,11 +50,16 @@ AGENT: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Kueue, managing the pods of namespaces labelled with this session's label."""
+def kueue(
+    cluster: Cluster, operator: Operator, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Kueue, managing the pods of namespaces labelled with this session's label; the
+    session's operator restarted after it, as docs/multitenancy.md asks of a platform team
+    that installs Kueue after the operator (it looks for Kueue's Workloads as it starts)."""
     label = {"agentworkers.io/kueue": SESSION}
     workdir = tmp_path_factory.mktemp("kueue")
     with Kueue.start(cluster, workdir, label) as running:
+        operator.restart(cluster)
         try:
             yield label
         except BaseException:
@@ -100,12 +105,16 @@ def teams(cluster: Cluster, kueue: dict[str, str]) -> Iterator[tuple[str, str, s
             first_revision(cluster, name, agent="agents")
         yield (*names, tag)
     finally:
+        # While Kueue runs: it holds finalizers on the pods, Workloads and ClusterQueues it
+        # manages, and lets them go only as they are done with.
         for name in names:
             core.delete_namespace(name)
+        for name in names:
+            cluster.kubectl("wait", "--for=delete", f"namespace/{name}", "--timeout=90s")
         for obj in reversed(cluster_scoped):
             cluster.kubectl(
                 "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found",
-                "--wait=false",
+                "--timeout=60s",
             )  # fmt: skip
 
 
