@@ -146,7 +146,7 @@ def _yaml(*objects: dict[str, Any]) -> str:
     return "\n---\n".join(json.dumps(o) for o in objects)
 
 
-def spawn(cluster: Cluster, namespace: str, name: str) -> None:
+def spawn(cluster: Cluster, namespace: str, name: str, **spec: Any) -> None:
     kubernetes.client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
         GROUP,
         VERSION,
@@ -156,7 +156,7 @@ def spawn(cluster: Cluster, namespace: str, name: str) -> None:
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "Worker",
             "metadata": {"name": name},
-            "spec": {"agent": "agents", "initialMessage": "hi"},
+            "spec": {"agent": "agents", "initialMessage": "hi", **spec},
         },
     )
 
@@ -288,14 +288,24 @@ def test_teams_share_a_cohort_fairly_through_kueue(
     state |= {"a2": "Killed", "a5": "Running"}
     runs.settle("a5 takes the place a4 left", state)
 
+    # The cohort is full again: a run whose deadline passes while it waits leaves the queue.
+    spawn(cluster, team_a, "late", deadlineSeconds=6)
+    runs.settle("a run with a short deadline queued", state | {"late": "Queued"}, timeout=5)
+    state |= {"late": "Failed"}
+    runs.settle("its deadline passed in the queue", state, timeout=30)
+    late = runs.workers()["late"]["status"]
+    assert _condition(late, "Ready")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+    assert "passed while it waited in LocalQueue agents" in late["error"]
+    assert "late" not in runs.pods()  # its pod, and with it its Workload, are gone
+    pending = cluster.kubectl_json("get", "clusterqueue", f"team-a-{tag}")["status"]
+    assert pending.get("pendingWorkloads", 0) == 0
+
     # No run lost its pod or got a second one: one pod each, ever, for every run that ran.
-    assert "a4" not in runs.pods_seen or len(runs.pods_seen["a4"]) == 1
     assert {name: len(uids) for name, uids in runs.pods_seen.items()} == dict.fromkeys(
         runs.pods_seen, 1
     )
-    assert not any(
-        s == "Failed" for s in runs.standing().values()
-    )  # no PodLost, no deadline passed
+    failed = [n for n, s in runs.standing().items() if s == "Failed"]
+    assert failed == ["late"]  # no PodLost
 
 
 def test_a_queue_name_is_refused_at_admission_naming_the_field_and_rule(
