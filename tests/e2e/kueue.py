@@ -11,7 +11,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,26 +20,13 @@ import kubernetes
 import yaml
 
 from agentworkers.controller.tls import self_signed
-from tests.e2e.support import REPO, Cluster, free_port, wait_until
+from tests.e2e.support import Cluster, built, free_port, readyz, stop, wait_until
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 # The webhooks of the kinds the tests use (Kueue's own and the pod integration's); the
 # other frameworks' are left out, their CRDs absent here.
 KEPT_WEBHOOKS = ("kueue-x-k8s-io", "--v1-pod")
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
-
-
-def build() -> Path:
-    """The cached build's bin directory (a cold build takes minutes: `make tools` does it)."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-kueue.sh")],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError("hack/build-kueue.sh failed (its output is above)")
-    return Path(result.stdout.strip().splitlines()[-1])
 
 
 def configuration(
@@ -103,7 +89,7 @@ class Kueue:
     @contextlib.contextmanager
     def start(cls, cluster: Cluster, workdir: Path, label: dict[str, str]) -> Iterator[Kueue]:
         """Kueue, managing the pods of the namespaces that carry `label`."""
-        bin_dir = build()
+        bin_dir = built("build-kueue.sh")
         cluster.kubectl("apply", "--server-side", "-f", str(bin_dir / "crds.yaml"))
         extensions = kubernetes.client.ApiextensionsV1Api(cluster.api)
         for crd in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
@@ -153,21 +139,10 @@ class Kueue:
                 cluster.kubectl(
                     "delete", hook["kind"].lower(), hook["metadata"]["name"], "--ignore-not-found"
                 )
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
     def ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"kueue exited:\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/readyz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return readyz(self.health, [(self.process, self.log)])
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
