@@ -18,6 +18,7 @@ import kubernetes
 import pytest
 
 from agentworkers.api import GROUP, VERSION
+from agentworkers.client import Client
 from tests.e2e.conftest import SESSION
 from tests.e2e.kueue import GROUP as KUEUE
 from tests.e2e.kueue import VERSION as KUEUE_VERSION
@@ -342,6 +343,11 @@ def shows_where_it_waits(cluster: Cluster, runs: Runs, team_a: str, tag: str) ->
 
     assert (cell("PHASE"), cell("QUEUE")) == ("Pending", "agents")
     assert cell("LAST EVENT").startswith("waiting in LocalQueue agents: Pending: ")
+    shown = {f.field: f for f in Client(cluster.api, team_a).explain("a4").pod}
+    assert (shown["pod.queueName"].value, shown["pod.queueName"].layer) == (
+        "agents",
+        "AgentConfig/agents",
+    )
     # Kueue's own view: A's ClusterQueue uses more than its nominal quota.
     usage = cluster.kubectl_json("get", "clusterqueue", f"team-a-{tag}")["status"]
     assert usage["flavorsUsage"][0]["resources"][0]["borrowed"] == NOMINAL
