@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from githttp import serving
-from tests.e2e.support import REPO, Cluster, answers, built, free_port, wait_until
+from tests.e2e.support import REPO, Cluster, built, free_port, readyz, stop, wait_until
 
 
 def build() -> Path:
+    """The cached build's bin directory."""
     return built("build-flux.sh")
 
 
@@ -79,19 +80,10 @@ class Flux:
             yield flux
         finally:
             for process in flux.processes:
-                process.terminate()
-            for process in flux.processes:
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                stop(process)
 
     def ready(self, health_port: int) -> bool:
-        for process, log in zip(self.processes, self.logs, strict=True):
-            if process.poll() is not None:
-                raise AssertionError(f"{log.stem} exited:\n{log.read_text()[-3000:]}")
-        return answers(f"http://127.0.0.1:{health_port}/readyz")
+        return readyz(health_port, zip(self.processes, self.logs, strict=True))
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -135,6 +135,36 @@ def wait_until(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def built(script: str) -> Path:
+    """The bin directory a hack/build-*.sh script prints last (its cached build; a cold one
+    takes minutes: `make tools` does them all up front)."""
+    result = subprocess.run(
+        ["bash", str(REPO / "hack" / script)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"hack/{script} failed (its output is above)")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def readyz(port: int, processes: Iterable[tuple[subprocess.Popen[bytes], Path]]) -> bool:
+    """Whether a controller's health endpoint on `port` says ready; a process of its that
+    exited fails the test with the end of its log."""
+    for process, log in processes:
+        if process.poll() is not None:
+            raise AssertionError(f"{log.stem} exited:\n{log.read_text()[-3000:]}")
+    return answers(f"http://127.0.0.1:{port}/readyz")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not stopped within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def free_port() -> int:
@@ -413,16 +443,6 @@ def pod_runner(
         stop(process, 60)
 
 
-def stop(process: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM, then SIGKILL if it is still there after `grace` seconds."""
-    process.terminate()
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
 def answers(url: str) -> bool:
     """Whether a GET of `url` (a health endpoint) answers 200 within a second."""
     try:
@@ -430,17 +450,6 @@ def answers(url: str) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
-
-
-def built(script: str) -> Path:
-    """The bin directory a `hack/build-*.sh` builds into (it prints it last); a cold build
-    takes minutes (`make tools` does it up front), a cached one returns at once."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / script)], stdout=subprocess.PIPE, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"hack/{script} failed (its output is above)")
-    return Path(result.stdout.strip().splitlines()[-1])
 
 
 def process_with(env: dict[str, str], command: str) -> int | None:

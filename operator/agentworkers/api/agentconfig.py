@@ -391,8 +391,20 @@ class WorkerPod(KubeModel):
         return self.model_copy(update=unset)
 
 
+# A Kueue LocalQueue's name: a DNS-1123 subdomain that is also a label value (63 at most).
+QueueName = Annotated[StrictStr, Field(min_length=1, max_length=63, pattern=DNS_SUBDOMAIN)]
+
+
 class WorkerTemplate(WorkerPod):
     """Knobs of the pod each worker of this agent runs in."""
+
+    queue_name: QueueName | None = Field(
+        default=None,
+        description="A Kueue LocalQueue in this namespace: every run of this agent (its "
+        "children too) waits in it until Kueue admits its pod (Worker Pending, condition "
+        "Queued), by the pod's resource requests, which resources.requests must set (cpu or "
+        "memory). Omit to start runs at once. docs/multitenancy.md.",
+    )
 
     sandbox_size: StrictStr = Field(
         default="1Gi",
@@ -415,6 +427,18 @@ class WorkerTemplate(WorkerPod):
         "omit to keep it. A Worker's own wins.",
         ge=0,
     )
+
+    @model_validator(mode="after")
+    def _queued_runs_request(self) -> Self:
+        # Kueue admits a pod by its requests: a pod without any would fit every quota.
+        requests = (self.resources.requests if self.resources else None) or {}
+        if self.queue_name is not None and not {"cpu", "memory"} & requests.keys():
+            raise FieldValueError(
+                "resources.requests",
+                "a queued run (queueName) needs cpu or memory requests: Kueue admits a pod "
+                "by its requests, and one with none would fit every quota",
+            )
+        return self
 
 
 class VirtualAgents(KubeModel):

@@ -157,6 +157,7 @@ WORKER = Resource(
         column("Profile", ".spec.profile"),
         column("Parent", ".spec.parent"),
         column("Inherits", ".status.inherited.profile"),
+        column("Queue", ".status.queue"),
         column("Last Event", ".status.lastEvent"),
         column("Pod", ".status.pod", priority=1),
         column("Revision", ".status.revision", priority=1),

@@ -36,6 +36,13 @@ FLUX_NAME_LABEL: Final = "kustomize.toolkit.fluxcd.io/name"
 FLUX_NAMESPACE_LABEL: Final = "kustomize.toolkit.fluxcd.io/namespace"
 ARGOCD_TRACKING_ANNOTATION: Final = "argocd.argoproj.io/tracking-id"
 
+# --- Kueue's, on the pods of runs an AgentConfig queues (spec.worker.queueName) ----------
+
+# The LocalQueue a pod waits in: Kueue's pod integration manages only pods that carry it.
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+# The scheduling gate Kueue's webhook puts on such a pod, removed when Kueue admits it.
+KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
+
 # --- finalizers and identities -------------------------------------------------------
 
 # kopf's, on AgentConfigs and profiles only: a deletion is seen before the object goes.

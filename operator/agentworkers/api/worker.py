@@ -320,6 +320,11 @@ class WorkerStatus(KubeModel):
     started_at: StrictStr | None = Field(default=None, description="When the run started.")
     updated_at: StrictStr | None = Field(default=None, description="When the status last changed.")
     pod: StrictStr | None = Field(default=None, description="The run's pod.")
+    queue: StrictStr | None = Field(
+        default=None,
+        description="The Kueue LocalQueue the run's pod waits or waited in (its AgentConfig's "
+        "spec.worker.queueName); condition Queued says whether it still waits, and why.",
+    )
     deadline_at: StrictStr | None = Field(
         default=None,
         description="When the run's deadline runs out (its children's, at the latest).",

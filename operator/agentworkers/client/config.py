@@ -183,10 +183,11 @@ class ConfigReads(Reads):
         return found
 
     def _pod_knobs(self, agent: str, pod: str | None) -> tuple[ExplainedField, ...]:
-        """Where and how the run's pod runs (image, runtime class, placement, resources),
-        and who set each knob: its AgentConfig's spec.worker, else the install's defaults
-        (the operator's `--worker-defaults`, the chart's workerDefaults). The values are the
-        pod's once it exists; before, an install default shows as such."""
+        """Where and how the run's pod runs (image, runtime class, placement, resources,
+        the Kueue LocalQueue it waits in), and who set each knob: its AgentConfig's
+        spec.worker, else the install's defaults (the operator's `--worker-defaults`, the
+        chart's workerDefaults). The values are the pod's once it exists; before, an install
+        default shows as such."""
         try:
             own = (self._agent_body(agent).get("spec") or {}).get("worker") or {}
         except NotFoundError:
@@ -212,11 +213,9 @@ class ConfigReads(Reads):
                 continue  # neither the agent nor (as far as its pod shows) the install set it
             layer = f"AgentConfig/{agent}" if own.get(key) is not None else "install"
             rows.append(ExplainedField(f"pod.{key}", value or "the install's", layer))
-        if own.get("serviceAccountAnnotations"):
-            annotations = own["serviceAccountAnnotations"]
-            rows.append(
-                ExplainedField("pod.serviceAccountAnnotations", annotations, f"AgentConfig/{agent}")
-            )
+        for key in ("serviceAccountAnnotations", "queueName"):  # the agent's own only
+            if own.get(key):
+                rows.append(ExplainedField(f"pod.{key}", own[key], f"AgentConfig/{agent}"))
         return tuple(rows)
 
     def _tree(self, body: Body) -> tuple[ExplainedField, ...]:

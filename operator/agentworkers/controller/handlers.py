@@ -36,6 +36,7 @@ from agentworkers.controller.startup import (
     PODS,
     PROFILES,
     WORKERS,
+    WORKLOADS,
     register_store,
     store_indexer,
 )
@@ -185,6 +186,31 @@ async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any
     elif not _news("pods", type, meta, memo):
         return
     memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])
+
+
+def _of_a_pod(body: kopf.Body, **_: Any) -> bool:
+    """kopf filter: a Workload of Kueue's pod integration (owned by a Pod)."""
+    return any(o.get("kind") == "Pod" for o in body["metadata"].get("ownerReferences") or [])
+
+
+kopf.index(*WORKLOADS, id="store_workloads", when=_of_a_pod)(store_indexer("workloads"))
+
+
+@kopf.on.event(*WORKLOADS, when=_of_a_pod)
+async def workload_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Kueue's word on a queued run's pod (its reason to wait, its admission): a pass of
+    the run, while it has not started."""
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.store.forget("workloads", body)
+    for owner in meta.get("ownerReferences") or []:
+        pod = memo.store.get("pods", meta["namespace"], owner.get("name") or "")
+        if owner.get("kind") != "Pod" or pod is None:
+            continue  # not a run's pod: the store holds only those
+        worker = pod["metadata"]["labels"][WORKER_LABEL]
+        run = memo.store.get("workers", meta["namespace"], worker) or {}
+        if (run.get("status") or {}).get("phase") in (None, "Pending"):
+            memo.workers.attempt(meta["namespace"], worker)
 
 
 # Their events only feed the store and queue a pass: kopf's per-event machinery is skipped.

@@ -10,7 +10,8 @@ gives every reconcile of a kind these rules:
 * **One pass per object at a time.** A pass asked for while one runs is not run beside
   it: the object goes back on the queue when the running pass ends. An object waiting in
   the queue is there once, however many events asked for it.
-* **Passes at a time**: a pass that raises `Later` runs again after its delay.
+* **Passes at a time**: a pass that raises `Later` runs again after its delay (the
+  soonest, when an earlier pass asked for a later one).
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
   AgentConfig), runs the object again later, one pending retry per object, the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
@@ -143,11 +144,13 @@ class Requeue:
         return BACKOFF[min(count, len(BACKOFF) - 1)]
 
     def _after(self, key: Key, delay: float) -> None:
-        """A retry of `key` in `delay` seconds, unless one is pending already."""
+        """A retry of `key` in `delay` seconds, unless one is pending already that comes as
+        soon: a pass's clock that runs out sooner than the one it set before (a queued
+        run's deadline, then its pod's start) is not held back by the later one."""
         with self._lock:
-            if self._stopped or key in self._due:
-                return
             due = time.monotonic() + delay
+            if self._stopped or self._due.get(key, due + 1) <= due:
+                return
             self._due[key] = due
             heapq.heappush(self._heap, (due, key))
             self._timer.notify()

@@ -37,6 +37,9 @@ PROVIDERS = (GROUP, VERSION, "modelproviders")
 WORKERS = (GROUP, VERSION, "workers")
 TOKEN_QUOTAS = (GROUP, VERSION, "tokenquotas")
 PODS = ("", "v1", "pods")
+# Kueue's, one per queued run's pod: why it waits. kopf watches them only where Kueue's
+# CRD exists (it watches CRDs, and starts when one appears).
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
 # replica's last (kopf's default, 60, is past a failover a platform team waits out).
 PEERING_LIFETIME = 15

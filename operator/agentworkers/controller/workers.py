@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+import math
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -25,6 +26,7 @@ from agentworkers.controller.worker_start import adopt, bind, grant_access, star
 from agentworkers.core import clocks
 from agentworkers.core.clocks import now
 from agentworkers.core.pods import failure, owned_by, pod_name, running_since
+from agentworkers.core.queueing import standing
 from agentworkers.core.spawning import check_binding
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
@@ -118,15 +120,7 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
     elif parent_body is not None:
         adopt(storage, worker, parent_body, {}, {})
 
-    if worker.spec.suspend:
-        if worker.status.phase is None:
-            worker.update(phase="Pending")
-        worker.condition(
-            reasons.STARTED,
-            "False",
-            reasons.SUSPENDED,
-            "the run waits for spec.suspend to be cleared",
-        )
+    if _suspended(worker):
         return
 
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))
@@ -134,10 +128,7 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         # The store may not have seen the pod (yet): the API decides before the run fails.
         pod = storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True)
         if pod is None:
-            raise RunFailedError(
-                f"pod {worker.status.pod} was deleted before the run ended",
-                reason=reasons.POD_LOST,
-            )
+            _lost(worker)
     if pod is None:
         with (
             worker_tree.place(storage, worker, parent_body, config.limits.token_budget),
@@ -151,9 +142,23 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         )
     elif not worker.status.pod:
         grant_access(storage, worker, config)  # an earlier pass ended between pod and access
+    if _queued(storage, worker, pod):
+        return
     _follow(worker, pod)
     if worker.status.phase == "Idle":
         _idle_clock(storage, worker, pod, config)
+
+
+def _suspended(worker: Worker) -> bool:
+    """A suspended run waits before its pod, saying so."""
+    if not worker.spec.suspend:
+        return False
+    if worker.status.phase is None:
+        worker.update(phase="Pending")
+    worker.condition(
+        reasons.STARTED, "False", reasons.SUSPENDED, "the run waits for spec.suspend to be cleared"
+    )
+    return True
 
 
 def _idle_clock(
@@ -179,6 +184,78 @@ def _idle_clock(
     storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])
     log.info("%s", message, extra=_ref(worker))
     worker.announce("Normal", reasons.IDLE_TIMEOUT, message)
+
+
+def _lost(worker: Worker) -> NoReturn:
+    """The run's pod is gone before the run ended: it failed (PodLost), or, when a pass
+    deleted it at the deadline of the queued run and went no further, it ran out of time."""
+    queued = _condition(worker, reasons.QUEUED)
+    if queued is not None and queued.reason == reasons.DEADLINE_EXCEEDED:
+        raise RunFailedError(queued.message, reason=reasons.DEADLINE_EXCEEDED)
+    raise RunFailedError(
+        f"pod {worker.status.pod} was deleted before the run ended", reason=reasons.POD_LOST
+    )
+
+
+def _queued(storage: Repository, worker: Worker, pod: dict[str, Any]) -> bool:
+    """A run whose pod names a Kueue LocalQueue: while Kueue holds the pod back, the run is
+    Pending with Queued=True and Kueue's reason, until Kueue admits it (Queued=False, one
+    Event) or its deadline passes (Failed, its pod and its place in the queue freed). True
+    while it waits. Kueue's Workload comes from the store: no read on the pass's path."""
+    before = _condition(worker, reasons.QUEUED)
+    if before is not None and before.status == "False":
+        return False  # admitted, or never gated: the rest is the pod's
+    name = pod["metadata"]["name"]
+    found = standing(pod, storage.workload_of(worker.namespace, name), before is not None)
+    if found is None:
+        return False
+    if worker.status.queue != found.queue:
+        worker.update(queue=found.queue)
+    if not found.waiting:
+        worker.condition(reasons.QUEUED, "False", found.reason, found.message)
+        if before is not None:  # it waited: its run starts now
+            _deadline_left(storage, worker, pod)
+            worker.update(started_at=now(), last_event=found.message)
+            worker.announce("Normal", found.reason, found.message)
+        return False
+    left = _seconds_to_deadline(worker)
+    if left is not None and left <= 0:
+        message = (
+            f"the run's deadline ({worker.status.deadline_at}) passed while it waited in "
+            f"LocalQueue {found.queue}: its pod is deleted and its place in the queue freed"
+        )
+        # The target first: a pass that finds the pod gone after this knows why.
+        worker.condition(reasons.QUEUED, "False", reasons.DEADLINE_EXCEEDED, message)
+        worker.save(storage)
+        storage.delete_pod(worker.namespace, name, pod["metadata"]["uid"])
+        raise RunFailedError(message, reason=reasons.DEADLINE_EXCEEDED)
+    if left is not None:
+        worker.again(left)
+    changes = {"phase": "Pending", "pod": name, "last_event": found.message}
+    if any(getattr(worker.status, k) != v for k, v in changes.items()):
+        worker.update(**changes)
+    worker.condition(reasons.QUEUED, "True", found.reason, found.message)
+    worker.condition(reasons.STARTED, "False", found.reason, found.message)
+    worker.condition(reasons.READY, "False", found.reason, found.message)
+    return True
+
+
+def _seconds_to_deadline(worker: Worker) -> float | None:
+    return clocks.seconds_left(
+        worker.status.deadline_at, 0, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
+
+
+def _deadline_left(storage: Repository, worker: Worker, pod: dict[str, Any]) -> None:
+    """A run's deadline counts from its spawn (`deadlineAt`, which its children's are cut
+    to), its pod's activeDeadlineSeconds from the pod's start: a run admitted after a wait
+    gets what is left of it, not all of it again."""
+    left = _seconds_to_deadline(worker)
+    if left is not None:
+        meta = pod["metadata"]
+        storage.shorten_pod_deadline(
+            worker.namespace, meta["name"], meta["uid"], max(1, math.ceil(left))
+        )
 
 
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:
@@ -318,6 +395,10 @@ def _stop(
     """A target condition, the pod gone, then Killed and one Event (reason `event`)."""
     who = f" by {by}" if by else ""
     message = f"killed{who}: {reason}"
+    queued = _condition(worker, reasons.QUEUED)
+    if queued is not None and queued.status == "True":
+        # Its pod goes, and with it its Workload: its place in the queue is free.
+        worker.condition(reasons.QUEUED, "False", reasons.KILLED, f"left its queue: {message}")
     worker.condition(reasons.KILLED, "Unknown", reasons.KILLING, message)
     worker.save(storage)
     pod = storage.get_pod(worker.namespace, pod_name(worker.name))

@@ -14,7 +14,7 @@ from typing import Any
 from agentworkers import __version__
 from agentworkers.api import reasons
 from agentworkers.api.agentconfig import AgentConfigSpec
-from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
+from agentworkers.api.names import AGENT_LABEL, KUEUE_QUEUE_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.owners import owner_reference
@@ -175,13 +175,17 @@ def build_pod(
     spec.update({key: wire[key] for key in PLACEMENT if wire.get(key)})
     if deadline_seconds:
         spec["activeDeadlineSeconds"] = deadline_seconds
+    labels = {WORKER_LABEL: name, AGENT_LABEL: worker.agent}
+    if knobs.queue_name:
+        # Kueue's pod webhook gates a pod that names a LocalQueue, until Kueue admits it.
+        labels[KUEUE_QUEUE_LABEL] = knobs.queue_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": pod_name(name),
             "namespace": meta["namespace"],
-            "labels": {WORKER_LABEL: name, AGENT_LABEL: worker.agent},
+            "labels": labels,
             "ownerReferences": [owner_reference(worker_body)],
         },
         "spec": spec,

@@ -39,6 +39,7 @@ class Repository(Protocol):
     def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
     def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
     def children(self, namespace: str, parent: str) -> list[str]: ...
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None: ...
     def patch_status(
         self,
         plural: str,
@@ -68,6 +69,7 @@ class Repository(Protocol):
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
     def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
@@ -144,6 +146,12 @@ class Storage:
             for w in self.items("workers", namespace)
             if (w.get("spec") or {}).get("parent") == parent
         )
+
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """Kueue's Workload for a queued run's pod, as the watch last saw it: the reason its
+        pod waits, for the Worker's status. From the store only (its watch runs where Kueue's
+        CRD exists), never a read on the pass's path; None without one."""
+        return self.store.workload_of(namespace, pod) if self.store is not None else None
 
     def patch_status(
         self,
@@ -313,6 +321,18 @@ class Storage:
         self._delete(
             "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         )
+
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        """Lower the pod's activeDeadlineSeconds (the API server lets it only go down); gone
+        already, or another pod by now (its uid differs: refused): nothing to do."""
+        patch = {"metadata": {"uid": uid}, "spec": {"activeDeadlineSeconds": seconds}}
+        try:
+            found = self.api.patch("pods", namespace, name, patch)
+        except ApiError as e:
+            if e.status in (404, 409, 422):
+                return
+            raise
+        self._remember("pods", found)
 
     # --- a worker runtime's own account ------------------------------------
 

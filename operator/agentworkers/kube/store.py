@@ -84,6 +84,28 @@ def _pod(body: Mapping[str, Any]) -> Body:
         elif ended := state.get("terminated"):
             end = {k: ended[k] for k in ("exitCode", "reason") if k in ended}
             kept["containerStatuses"] = [{"name": c.get("name"), "state": {"terminated": end}}]
+    trimmed = {**_envelope(body), "status": kept}
+    # Of its spec only its scheduling gates' names: Kueue's says the run is still queued.
+    gates = [{"name": g.get("name")} for g in (body.get("spec") or {}).get("schedulingGates") or []]
+    if gates:
+        trimmed["spec"] = {"schedulingGates": gates}
+    return trimmed
+
+
+# Of a Kueue Workload, the conditions that say whether and why its pod waits.
+_WORKLOAD_CONDITIONS = frozenset({"QuotaReserved", "Admitted"})
+
+
+def _workload(body: Mapping[str, Any]) -> Body:
+    status = body.get("status") or {}
+    conditions = [
+        {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+        for c in status.get("conditions") or []
+        if c.get("type") in _WORKLOAD_CONDITIONS
+    ]
+    kept: Body = {"conditions": conditions}
+    if cluster_queue := (status.get("admission") or {}).get("clusterQueue"):
+        kept["admission"] = {"clusterQueue": cluster_queue}
     return {**_envelope(body), "status": kept}
 
 
@@ -107,6 +129,8 @@ TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
     "virtualagentprofiles": _whole,
     "modelproviders": _whole,
     "tokenquotas": _whole,
+    # Kueue's, for the pods of queued runs (watched only where Kueue's CRD exists).
+    "workloads": _workload,
 }
 
 
@@ -152,6 +176,8 @@ class Store:
         self._by_agent: defaultdict[tuple[str, str, str], set[str]] = defaultdict(set)
         # (namespace, parent) -> the Workers whose spec.parent it is.
         self._children: defaultdict[Key, set[str]] = defaultdict(set)
+        # (namespace, pod) -> the Workloads Kueue made for that pod.
+        self._workloads: defaultdict[Key, set[str]] = defaultdict(set)
         # For the judged kinds, by (plural, namespace, name): a digest of what the watch
         # last delivered, the versions passes read or wrote until their events arrive,
         # and the news of the last event until its handler takes it (`news`).
@@ -227,6 +253,8 @@ class Store:
             self._by_agent[(plural, namespace, agent)].add(name)
         if plural == "workers" and (parent := body["spec"].get("parent")):
             self._children[(namespace, parent)].add(name)
+        for pod in _pods_owning(plural, body):
+            self._workloads[(namespace, pod)].add(name)
 
     def _unindex(self, plural: str, body: Body) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
@@ -240,6 +268,11 @@ class Store:
             children.discard(name)
             if not children:
                 del self._children[(namespace, parent)]
+        for pod in _pods_owning(plural, body):
+            workloads = self._workloads[(namespace, pod)]
+            workloads.discard(name)
+            if not workloads:
+                del self._workloads[(namespace, pod)]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -260,6 +293,14 @@ class Store:
         with self._lock:
             return sorted(self._children.get((namespace, parent), ()))
 
+    def workload_of(self, namespace: str, pod: str) -> Body | None:
+        """The Kueue Workload of a pod (the newest, were there more than one), or None."""
+        with self._lock:
+            names = sorted(self._workloads.get((namespace, pod), ()))
+            found = [self._objects["workloads"][(namespace, n)] for n in names]
+        found.sort(key=lambda b: b["metadata"].get("creationTimestamp") or "")
+        return _copy(found[-1]) if found else None
+
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
         """Every object of a kind in one namespace (a scan: for the few kinds and the rare
         questions with no index, a TokenQuota's runs)."""
@@ -276,6 +317,14 @@ class Store:
         """How many objects of a kind the store holds (the `agentworkers_store_objects` gauge)."""
         with self._lock:
             return len(self._objects[plural])
+
+
+def _pods_owning(plural: str, body: Body) -> list[str]:
+    """The pods a Workload belongs to (Kueue's pod integration makes one per pod)."""
+    if plural != "workloads":
+        return []
+    owners = body["metadata"].get("ownerReferences") or []
+    return [o["name"] for o in owners if o.get("kind") == "Pod" and o.get("name")]
 
 
 def _copy(value: Any) -> Any:

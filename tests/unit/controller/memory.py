@@ -72,6 +72,16 @@ class Memory:
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
         return list(self.items(plural, namespace))
 
+    def workload_of(self, namespace: str, pod: str) -> Body | None:
+        return next(
+            (
+                b
+                for b in self.items("workloads", namespace)
+                if pod in {o.get("name") for o in b["metadata"].get("ownerReferences") or []}
+            ),
+            None,
+        )
+
     def children(self, namespace: str, parent: str) -> list[str]:
         return sorted(
             b["metadata"]["name"]
@@ -173,6 +183,13 @@ class Memory:
         if pod is not None and pod["metadata"]["uid"] == uid:
             del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
+
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        pod = self.objects.get(("pods", namespace, name))
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            assert seconds <= pod["spec"].get("activeDeadlineSeconds", seconds)  # the API's rule
+            pod["spec"]["activeDeadlineSeconds"] = seconds
+            self.writes.append(("PATCH", "pods", name))
 
     def delete_worker(self, namespace: str, name: str, uid: str) -> None:
         worker = self.objects.get(("workers", namespace, name))
