@@ -193,13 +193,22 @@ def _of_a_pod(body: kopf.Body, **_: Any) -> bool:
     return any(o.get("kind") == "Pod" for o in body["metadata"].get("ownerReferences") or [])
 
 
-kopf.index(*WORKLOADS, id="store_workloads", when=_of_a_pod)(store_indexer("workloads"))
+_observe_workload = store_indexer("workloads")
+
+
+# The lean path passes over kopf's filters: each handler keeps to a pod's Workloads itself.
+@kopf.index(*WORKLOADS, id="store_workloads", when=_of_a_pod)
+async def workload_index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if _of_a_pod(body):
+        await _observe_workload(body=body, memo=memo)
 
 
 @kopf.on.event(*WORKLOADS, when=_of_a_pod)
 async def workload_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Kueue's word on a queued run's pod (its reason to wait, its admission): a pass of
     the run, while it has not started."""
+    if not _of_a_pod(body):
+        return
     meta = body["metadata"]
     if type == "DELETED":
         memo.store.forget("workloads", body)
@@ -218,6 +227,7 @@ kopf_fixes.lean(WORKERS, index=store_indexer("workers"), event=worker_event)
 kopf_fixes.lean(PODS, index=store_indexer("pods"), event=pod_event)
 kopf_fixes.lean(AGENT_CONFIGS, index=store_indexer("agentconfigs"), event=agent_config_event)
 kopf_fixes.lean(PROFILES, index=store_indexer("virtualagentprofiles"), event=profile_event)
+kopf_fixes.lean(WORKLOADS, index=workload_index, event=workload_event)
 
 
 def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:
