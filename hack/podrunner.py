@@ -67,7 +67,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,6 +108,9 @@ class Run:
     pod: kubernetes.client.V1Pod
     # Container mode: the container the process (`runc run`) runs.
     container: Container | None = None
+    # Its downwardAPI volumes' directories, by volume name: written again when the pod's
+    # labels or annotations change, as a kubelet refreshes them.
+    downward: dict[str, Path] = field(default_factory=dict)
 
 
 class PodRunner:
@@ -164,6 +167,20 @@ class PodRunner:
             return
         if pod.status.phase == "Running" and key not in self.runs and key not in self.refused:
             self.start(pod)
+        elif (run := self.runs.get(key)) is not None:
+            self.refresh(run, pod)
+
+    def refresh(self, run: Run, pod: kubernetes.client.V1Pod) -> None:
+        """A running pod changed: what a kubelet takes from the new version, its
+        downwardAPI files (a warm pod's claim) and its activeDeadlineSeconds."""
+        run.pod = pod
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
+        for name, directory in run.downward.items():
+            if (volume := volumes.get(name)) is not None and volume.downward_api:
+                files = self.downward_files(pod, volume.downward_api)
+                mode = volume.downward_api.default_mode
+                self.write_files(directory, files, fs_group, 0o644 if mode is None else mode)
 
     def start(self, pod: kubernetes.client.V1Pod, before: Run | None = None) -> None:
         """Run `pod`'s container; `before`: its run that exited (a restart keeps its volumes)."""
@@ -211,7 +228,13 @@ class PodRunner:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.started(Run(process, sandbox, home, pod), " ".join(command))
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        downward = {
+            m.name: mounts[m.mount_path]
+            for m in container.volume_mounts or []
+            if m.mount_path in mounts and volumes[m.name].downward_api
+        }
+        self.started(Run(process, sandbox, home, pod, downward=downward), " ".join(command))
 
     def start_container(self, pod: kubernetes.client.V1Pod) -> None:
         """Run a worker pod's container in a container of its own (container mode)."""
@@ -247,7 +270,9 @@ class PodRunner:
             log.exception("%s/%s: the container did not start", *key)
             self.waiting(key, "RunContainerError", "the local runner could not start it")
             return
-        run = Run(process, made.bundle, made.bundle, pod, made)
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        downward = {n: d for n, d in made_dirs.items() if volumes[n].downward_api}
+        run = Run(process, made.bundle, made.bundle, pod, made, downward)
         self.started(run, f"container {made.id}")
 
     def started(self, run: Run, what: str) -> None:
@@ -265,15 +290,19 @@ class PodRunner:
     def wait(self, key: tuple[str, str], run: Run) -> int:
         """The run's exit code, once it exits; at the pod's activeDeadlineSeconds it is
         stopped first, as a kubelet stops it."""
-        deadline = run.pod.spec.active_deadline_seconds
-        if deadline:
-            begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
-            left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds()
-            try:
-                return run.process.wait(timeout=max(0.0, left))
-            except subprocess.TimeoutExpired:
+        begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
+        while True:
+            # Read again each second: a pod may be given a deadline while it runs (a warm
+            # pod, when a run claims it), as a kubelet takes it from the pod's new version.
+            deadline = run.pod.spec.active_deadline_seconds
+            left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds() if deadline else 1.0
+            if left <= 0:
                 self.deadline(key, run)
-        return run.process.wait()
+                return run.process.wait()
+            try:
+                return run.process.wait(timeout=min(left, 1.0))
+            except subprocess.TimeoutExpired:
+                continue
 
     def deadline(self, key: tuple[str, str], run: Run) -> None:
         with self.lock:
@@ -310,7 +339,11 @@ class PodRunner:
             "status.podIP": pod.status.pod_ip,
             "spec.serviceAccountName": pod.spec.service_account_name,
         }
-        return fields.get(var.value_from.field_ref.field_path)
+        path = var.value_from.field_ref.field_path
+        # metadata.annotations['<key>'] and metadata.labels['<key>'], as a kubelet reads them.
+        if found := re.fullmatch(r"metadata\.(annotations|labels)\['([^']+)'\]", path):
+            return (getattr(pod.metadata, found[1]) or {}).get(found[2], "")
+        return fields.get(path)
 
     def mount_volumes(
         self,
@@ -340,7 +373,7 @@ class PodRunner:
                 directory = root / mount.name
             if volume.empty_dir is not None:
                 directory.mkdir(parents=True, exist_ok=True)
-            elif volume.config_map or volume.secret or volume.projected:
+            elif volume.config_map or volume.secret or volume.projected or volume.downward_api:
                 self.fill_volume(pod, volume, directory, fs_group)
             else:
                 continue
@@ -368,7 +401,7 @@ class PodRunner:
             if volume.empty_dir is not None:
                 source = self.api.sanitize_for_serialization(volume.empty_dir)
                 mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
-            elif volume.config_map or volume.secret or volume.projected:
+            elif volume.config_map or volume.secret or volume.projected or volume.downward_api:
                 self.fill_volume(pod, volume, directory, fs_group)
             else:
                 continue
@@ -387,21 +420,50 @@ class PodRunner:
         owned by root and fsGroup. A projected volume (the service-account token volume
         the API server adds to a pod) gets each of its sources' files."""
         directory.mkdir(parents=True, exist_ok=True)
-        source = volume.config_map or volume.secret or volume.projected
+        source = volume.config_map or volume.secret or volume.projected or volume.downward_api
         default = source.default_mode if source.default_mode is not None else 0o644
         files: dict[str, tuple[bytes, int | None]] = {}
         if volume.projected:
             for part in volume.projected.sources or []:
                 files.update(self.projected_files(pod, part))
+        elif volume.downward_api:
+            files = self.downward_files(pod, volume.downward_api)
         else:
             data = self.volume_data(pod, volume.config_map, volume.secret)
             files = {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        self.write_files(directory, files, fs_group, default)
+
+    @staticmethod
+    def write_files(
+        directory: Path,
+        files: dict[str, tuple[bytes, int | None]],
+        fs_group: int | None,
+        default: int,
+    ) -> None:
+        """Each file whole or not at all (written aside, then renamed over), as a kubelet's
+        atomic writer: a reader never sees half a file."""
         for relative, (content, mode) in files.items():
             path = directory / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            os.chown(path, 0, fs_group or 0)
-            path.chmod(mode if mode is not None else default)
+            aside = path.with_name(f".{path.name}.tmp")
+            aside.write_bytes(content)
+            os.chown(aside, 0, fs_group or 0)
+            aside.chmod(mode if mode is not None else default)
+            aside.replace(path)
+
+    def downward_files(
+        self, pod: kubernetes.client.V1Pod, source: Any
+    ) -> dict[str, tuple[bytes, int | None]]:
+        """The files of a downwardAPI volume or projection: each item's field, empty for
+        an annotation or label the pod does not have (as a kubelet writes it)."""
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for item in source.items or []:
+            if item.field_ref is None:
+                continue
+            field_ = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
+            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field_))
+            files[item.path] = ((value or "").encode(), item.mode)
+        return files
 
     def volume_data(
         self,
@@ -442,13 +504,7 @@ class PodRunner:
             source = part.config_map or part.secret
             data = self.volume_data(pod, part.config_map, part.secret)
             return {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
-        files: dict[str, tuple[bytes, int | None]] = {}
-        for item in (part.downward_api.items if part.downward_api else None) or []:
-            field = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
-            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field))
-            if value is not None:
-                files[item.path] = (value.encode(), item.mode)
-        return files
+        return self.downward_files(pod, part.downward_api) if part.downward_api else {}
 
     def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
         """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
@@ -475,11 +531,18 @@ class PodRunner:
         return root
 
     def pod_token(self, pod: kubernetes.client.V1Pod) -> str:
-        """A token of the pod's own ServiceAccount, as a kubelet requests one for it."""
+        """A token of the pod's own ServiceAccount, bound to the pod as a kubelet requests
+        it: the API server refuses it once the pod is gone (docs/scaling.md, "Warm pool")."""
+        bound = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": pod.metadata.name,
+            "uid": pod.metadata.uid,
+        }
         request = self.core.create_namespaced_service_account_token(
             pod.spec.service_account_name or "default",
             pod.metadata.namespace,
-            {"spec": {"expirationSeconds": 3600, "audiences": []}},
+            {"spec": {"expirationSeconds": 3600, "audiences": [], "boundObjectRef": bound}},
         )
         return str(request.status.token)
 

@@ -390,6 +390,31 @@ class WorkerPod(KubeModel):
         return self.model_copy(update=unset)
 
 
+# Bounds of a warm pool: pods that wait idle count against the namespace's quota, and a
+# pool replaces every one of them on each revision, so it stays small.
+MAX_WARM_POOL_SIZE: Final = 50
+DEFAULT_WARM_IDLE_SECONDS: Final = 3600
+
+
+class WarmPool(KubeModel):
+    """Pods of this agent started ahead of its runs (docs/scaling.md, "Warm pool"): a
+    spawn claims a ready one instead of waiting for a pod; an empty pool means a cold
+    start, never a wait."""
+
+    size: StrictInt = Field(
+        default=0,
+        description=f"Warm pods kept ready; 0 turns the pool off. At most {MAX_WARM_POOL_SIZE}.",
+        ge=0,
+        le=MAX_WARM_POOL_SIZE,
+    )
+    idle_seconds: StrictInt = Field(
+        default=DEFAULT_WARM_IDLE_SECONDS,
+        description="A warm pod unclaimed for this long is replaced by a fresh one.",
+        ge=30,
+        le=86400,
+    )
+
+
 class WorkerTemplate(WorkerPod):
     """Knobs of the pod each worker of this agent runs in."""
 
@@ -413,6 +438,11 @@ class WorkerTemplate(WorkerPod):
         description="How long a finished run nobody has to collect stays before it is deleted; "
         "omit to keep it. A Worker's own wins.",
         ge=0,
+    )
+    warm_pool: WarmPool | None = Field(
+        default=None,
+        description="Pods started ahead of this agent's runs, at its active revision; a "
+        "spawn whose pod they match claims one.",
     )
 
 
@@ -506,6 +536,16 @@ class RevisionRef(KubeModel):
     digest: StrictStr = Field(description="SHA-256 of its canonical content.")
 
 
+class WarmPoolStatus(KubeModel):
+    """The warm pool's pods, by state, as the operator last counted them."""
+
+    ready: StrictInt = Field(default=0, description="Warm pods running and unclaimed.")
+    starting: StrictInt = Field(default=0, description="Warm pods not running yet.")
+    claimed: StrictInt = Field(
+        default=0, description="Pods of the pool a run claimed that still run."
+    )
+
+
 class AgentConfigStatus(KubeModel):
     """What the operator observed and derived."""
 
@@ -517,5 +557,8 @@ class AgentConfigStatus(KubeModel):
     )
     profiles: StrictInt | None = Field(
         default=None, description="Number of profiles in the active revision's map."
+    )
+    warm_pool: WarmPoolStatus | None = Field(
+        default=None, description="The warm pool (spec.worker.warmPool), when it has one."
     )
     conditions: tuple[Condition, ...] = conditions_field()
