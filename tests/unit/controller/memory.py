@@ -186,7 +186,8 @@ class Memory:
     def patch_object(
         self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> Body:
-        kind = {"serviceaccounts": "ServiceAccount"}.get(plural, plural)  # as ensure_access keeps it
+        # Accounts are kept by their kind, as ensure_access keeps them.
+        kind = {"serviceaccounts": "ServiceAccount"}.get(plural, plural)
         kept = self.objects.get((kind, namespace, name))
         if kept is None:
             raise ApiError("not found", 404)

@@ -5,6 +5,7 @@ again, never made twice."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import kopf
@@ -30,10 +31,8 @@ def memory() -> Memory:
 
 
 def pool_pass(memory: Memory) -> None:
-    try:
+    with contextlib.suppress(kopf.TemporaryError):  # the idle clock's next pass
         pools.reconcile(memory, "ns", "planner")
-    except kopf.TemporaryError:
-        pass  # the idle clock's next pass
 
 
 def warm_pods(memory: Memory, **labels: str) -> list[dict[str, Any]]:
@@ -51,10 +50,8 @@ def running(memory: Memory) -> None:
 
 
 def reconcile(memory: Memory, name: str) -> None:
-    try:
+    with contextlib.suppress(kopf.TemporaryError):
         workers.reconcile(memory, "ns", name)
-    except kopf.TemporaryError:
-        pass
 
 
 def test_a_pass_fills_the_pool_each_pod_with_an_account_of_its_own(memory: Memory) -> None:

@@ -201,8 +201,8 @@ CLAIM = Claim(worker="w", uid="uid-w", revision=R2, effective="{}")
 
 
 def test_a_claim_moves_the_pod_to_its_run_only_at_the_version_seen() -> None:
-    warm = {"metadata": {"resourceVersion": "41", "labels": {POOL_LABEL: "planner",
-                                                              "agentworkers.io/agent": "planner"}}}  # fmt: skip
+    labels = {POOL_LABEL: "planner", "agentworkers.io/agent": "planner"}
+    warm = {"metadata": {"resourceVersion": "41", "labels": labels}}
     patch = pools.claim_patch(warm, WORKER, CLAIM, R2, 300)
     meta = patch["metadata"]
     assert meta["resourceVersion"] == "41"
