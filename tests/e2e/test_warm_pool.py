@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,7 +69,7 @@ def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]
 def settled(client: Client, name: str, timeout: float = 60) -> Any:
     return wait_until(
         f"{name} to end",
-        lambda: (i := client.get(name)).status.phase in ("Done", "Failed", "Idle") and i,
+        lambda: (i := client.get(name)).status.phase in ("Done", "Failed") and i,
         timeout=timeout,
     )
 
@@ -84,9 +85,7 @@ def test_a_pool_fills_and_a_spawn_runs_in_a_warm_pod(
     revision = agent(cluster, namespace, 2)
     ready(cluster, namespace, 2)
     warm = pods(cluster, namespace, f"{POOL_LABEL}=planner")
-    assert {p["metadata"]["labels"]["agentworkers.io/revision"] for p in warm} == {
-        revision["metadata"]["name"]
-    }
+    assert {p["metadata"]["labels"]["agentworkers.io/revision"] for p in warm} == {revision["name"]}
     # What `kubectl get agentconfigs` shows.
     table = cluster.kubectl("get", "agentconfigs", "-n", namespace).stdout
     assert "WARM" in table.splitlines()[0] and table.splitlines()[1].split()[4] == "2"
@@ -97,10 +96,10 @@ def test_a_pool_fills_and_a_spawn_runs_in_a_warm_pod(
     assert info.status.pod in {p["metadata"]["name"] for p in warm}
     claimed = cluster.kubectl_json("get", "pod", info.status.pod, "-n", namespace)
     claim = Claim.model_validate_json(claimed["metadata"]["annotations"][CLAIM_ANNOTATION])
-    assert (claim.worker, claim.revision.name) == ("solo", revision["metadata"]["name"])
+    assert (claim.worker, claim.revision.name) == ("solo", revision["name"])
     assert [o["name"] for o in claimed["metadata"]["ownerReferences"]] == ["solo"]
     # The run froze the revision its pod was warmed at; the pool refilled.
-    assert info.status.revision == revision["metadata"]["name"]
+    assert info.status.revision == revision["name"]
     wait_until(
         "the pool to refill",
         lambda: pool_status(cluster, namespace) == {"ready": 2, "starting": 0, "claimed": 0},
@@ -114,12 +113,13 @@ def test_a_profiled_child_in_a_warm_pod_is_bound_and_checked_like_a_cold_one(
     ready(cluster, namespace, 3)
     planner_script = [
         {"tool": "spawn_worker", "args": {"name": "kid", "message": "brief", "profile": "brief"}},
-        {"tool": "collect_worker", "args": {"name": "kid", "timeout": 60}},
-        {"reply": "collected"},
+        {"reply": "spawned"},
     ]
     client.spawn("boss", WorkerSpec(agent="planner", initial_message="go", script=planner_script))
-    assert settled(client, "boss", 90).status.output == "collected"
-    kid = wait_until("the child", lambda: client.get("kid"))
+    # The parent ran in a warm pod and spawned with its account: admission let it.
+    boss = settled(client, "boss", 90)
+    assert (boss.status.output, boss.status.pod[:5]) == ("spawned", "warm-")
+    kid = settled(client, "kid")
     assert kid.status.output == "brief answer"
     assert kid.status.pod.startswith("warm-")
     bound = next(c for c in kid.status.conditions if c.type == "ProfileBound")
@@ -135,22 +135,24 @@ def test_a_pool_of_two_under_a_burst_of_ten_serves_two_warm_and_eight_cold(
 ) -> None:
     agent(cluster, namespace, 2)
     ready(cluster, namespace, 2)
+    first = {p["metadata"]["name"] for p in pods(cluster, namespace, f"{POOL_LABEL}=planner")}
     names = [f"b{i}" for i in range(10)]
-    burst = [
-        {
-            "apiVersion": "agentworkers.io/v1alpha1",
-            "kind": "Worker",
-            "metadata": {"name": n},
-            "spec": {"agent": "planner", "initialMessage": "hi"},
-        }
-        for n in names
-    ]
-    cluster.apply(namespace, *burst)
+    # All at once, as a planner's fan-out arrives.
+    with ThreadPoolExecutor(10) as pool:
+        list(
+            pool.map(
+                lambda n: client.spawn(n, WorkerSpec(agent="planner", initial_message="hi")), names
+            )
+        )
     infos = [settled(client, n) for n in names]
     assert [i.status.phase for i in infos] == ["Done"] * 10
     warm = [i.status.pod for i in infos if i.status.pod != i.name]
-    assert len(warm) == 2 and len(set(warm)) == 2
-    assert sum(i.status.pod == i.name for i in infos) == 8
+    cold = [i.name for i in infos if i.status.pod == i.name]
+    # The two pods ready before the burst served two of its runs, one each; the rest
+    # started cold at once, none waited for a pod. (The pool refills meanwhile: a warm
+    # pod ready before the burst's last pass serves a run too; it took at most one here.)
+    assert first <= set(warm) and len(set(warm)) == len(warm)
+    assert len(warm) + len(cold) == 10 and len(cold) >= 7, (warm, cold)
 
 
 def test_a_revision_change_replaces_the_warm_pods(cluster: Cluster, namespace: str) -> None:
@@ -163,11 +165,7 @@ def test_a_revision_change_replaces_the_warm_pods(cluster: Cluster, namespace: s
     )  # fmt: skip
     second = wait_until(
         "revision 2",
-        lambda: (
-            (r := first_revision(cluster, namespace))["metadata"]["name"]
-            != first["metadata"]["name"]
-            and r
-        ),
+        lambda: (r := first_revision(cluster, namespace))["name"] != first["name"] and r,
     )
 
     def rolled() -> bool:
@@ -176,7 +174,7 @@ def test_a_revision_change_replaces_the_warm_pods(cluster: Cluster, namespace: s
         revisions = {p["metadata"]["labels"]["agentworkers.io/revision"] for p in live}
         return (
             len(live) == 2
-            and revisions == {second["metadata"]["name"]}
+            and revisions == {second["name"]}
             and not before & {p["metadata"]["name"] for p in warm}
         )
 
