@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kubernetes

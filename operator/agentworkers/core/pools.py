@@ -52,6 +52,8 @@ POOL_PREFIX = "warm-"
 CLAIM_DIR = "/var/run/agentworkers/claim"
 CLAIM_FILE_ENV = "AGENTWORKERS_CLAIM_FILE"
 WARM_REVISION_ENV = "AGENTWORKERS_WARM_REVISION"
+# The agent's model provider, whose SDK a warm runtime imports while it waits.
+WARM_PROVIDER_ENV = "AGENTWORKERS_WARM_PROVIDER"
 # The env entries and args that name a run: out of a warm pod, out of the settings hash.
 RUN_ENV = frozenset({"AGENTWORKERS_WORKER", EFFECTIVE_CONFIG_ENV})
 # Pods a pool pass creates at most: a large pool fills over a few passes, and a pass
@@ -106,9 +108,12 @@ def warm_pod(
     namespace = owner["metadata"]["namespace"]
     container = pod["spec"]["containers"][0]
     container["args"] = ["--warm", f"--namespace={namespace}"]
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    provider = json.loads(env.get(EFFECTIVE_CONFIG_ENV) or "{}").get("provider") or ""
     container["env"] = [
         *(e for e in (container.get("env") or []) if e["name"] not in RUN_ENV),
         {"name": WARM_REVISION_ENV, "value": revision.name},
+        {"name": WARM_PROVIDER_ENV, "value": provider},
         {"name": CLAIM_FILE_ENV, "value": f"{CLAIM_DIR}/claim"},
     ]
     container["volumeMounts"] = [

@@ -35,7 +35,13 @@ from agentworkers.client import Client
 from agentworkers.core.conditions import now
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
-from agentworkers.core.pools import CLAIM_FILE_ENV, WARM_REVISION_ENV, Claim, check_claim
+from agentworkers.core.pools import (
+    CLAIM_FILE_ENV,
+    WARM_PROVIDER_ENV,
+    WARM_REVISION_ENV,
+    Claim,
+    check_claim,
+)
 from agentworkers.core.spawning import verify_run_start
 from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
@@ -45,7 +51,7 @@ from agentworkers.runtime.inputs import read as read_inputs
 from agentworkers.runtime.inputs import take as take_inputs
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
-from agentworkers.runtime.providers import client_for
+from agentworkers.runtime.providers import client_for, preload
 from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
 
@@ -243,6 +249,7 @@ def warm(namespace: str, sandbox: str, kubeconfig: str | None) -> int:
     checking the claim fits this pod (`core.pools.check_claim`)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     api = kube.Api(kube.connect(kubeconfig).api)
+    preload(os.environ.get(WARM_PROVIDER_ENV, ""))
     claim = wait_for_claim(Path(os.environ[CLAIM_FILE_ENV]))
     config = EffectiveConfig.model_validate_json(claim.effective)
     return run(claim.worker, namespace, sandbox, kubeconfig, config, api, claim)

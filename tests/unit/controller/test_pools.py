@@ -169,3 +169,23 @@ def test_no_pool_no_claim_and_no_status(memory: Memory) -> None:
     pool_pass(memory)
     assert warm_pods(memory) == []
     assert "warmPool" not in (memory.find("agentconfigs", "planner").get("status") or {})
+
+
+def test_admission_knows_the_run_behind_a_warm_pod_s_account(memory: Memory) -> None:
+    pool_pass(memory)
+    running(memory)
+    account = warm_pods(memory)[0]["metadata"]["name"]
+    user = f"system:serviceaccount:ns:{account}"
+    # Unclaimed: the account is no run's, so no spawn of it names a parent it may use.
+    assert pools.spawner(memory, user, "ns") == ""
+    memory.put("workers", worker("w"))
+    reconcile(memory, "w")
+    claimed = memory.find("workers", "w")["status"]["pod"]
+    assert pools.spawner(memory, f"system:serviceaccount:ns:{claimed}", "ns") == "w"
+    # Another namespace's account of that name, or an account that is no warm pod's: not ours.
+    assert pools.spawner(memory, f"system:serviceaccount:other:{claimed}", "ns") is None
+    assert pools.spawner(memory, "system:serviceaccount:ns:worker-w", "ns") is None
+    # A pod of a warm pod's name that is not a warm pod (a Worker named so): no run.
+    memory.put("workers", worker("warm-x"))
+    reconcile(memory, "warm-x")
+    assert pools.spawner(memory, "system:serviceaccount:ns:warm-x", "ns") == ""

@@ -178,6 +178,7 @@ def test_a_warm_pod_is_the_template_less_its_run_waiting_for_a_claim() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert "AGENTWORKERS_WORKER" not in env and "AGENTWORKERS_EFFECTIVE_CONFIG" not in env
     assert env[pools.WARM_REVISION_ENV] == "planner-2"
+    assert env[pools.WARM_PROVIDER_ENV] == "scripted"
     assert container["args"] == ["--warm", "--namespace=team"]
     assert warm["spec"]["serviceAccountName"] == "warm-planner-1a2b"
     claim_volume = next(v for v in warm["spec"]["volumes"] if v["name"] == "claim")
