@@ -120,8 +120,9 @@ class Reporter:
 
 
 GRANT_WAIT = 15.0  # seconds: the operator grants access right after the pod or a child's binding
-# Seconds between reads of a warm pod's claim file: a claimed run starts within one.
-CLAIM_POLL = 0.005
+# Seconds between reads of a warm pod's claim file: a claimed run starts within one (an
+# idle warm runtime costs about 0.3% of a core polling at this pace).
+CLAIM_POLL = 0.01
 
 
 def _once_granted(call: Callable[[], T], pause: float = 0.2) -> T:
@@ -271,7 +272,7 @@ def run(
     api = api or kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
     # The operator grants the runtime its Role right after creating the pod (claiming it).
-    pause = 0.02 if claim is not None else 0.2
+    pause = 0.005 if claim is not None else 0.2
     body = _once_granted(lambda: storage.get("workers", namespace, name), pause)
     if body is None:
         log.error("worker %s/%s not found", namespace, name)
