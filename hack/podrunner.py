@@ -59,6 +59,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import queue
 import re
 import shutil
 import signal
@@ -138,6 +139,8 @@ class PodRunner:
         self.refused: set[tuple[str, str]] = set()  # pods whose container could not start
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        # Each pod's events, in order, for its own thread (`handle`).
+        self.pod_workers: dict[tuple[str, str], queue.SimpleQueue[Any]] = {}
 
     def watch(self) -> None:
         while not self.stopping.is_set():
@@ -159,9 +162,35 @@ class PodRunner:
                 stream.stop()
 
     def handle(self, kind: str, pod: kubernetes.client.V1Pod) -> None:
+        """Hand the event to its pod's own worker thread, as a kubelet's pod workers: one
+        pod's events in order, a pod's slow start (its volumes, its token) never holding
+        up another's (a warm pod's claim, written to its file)."""
         key = (pod.metadata.namespace, pod.metadata.name)
         if not key[0].startswith(self.prefix):
             return
+        with self.lock:
+            events = self.pod_workers.get(key)
+            if events is None:
+                events = self.pod_workers[key] = queue.SimpleQueue()
+                threading.Thread(
+                    target=self.pod_worker, args=(key, events), name=f"pod {key[1]}", daemon=True
+                ).start()
+            events.put((kind, pod))
+
+    def pod_worker(self, key: tuple[str, str], events: queue.SimpleQueue[Any]) -> None:
+        while True:
+            kind, pod = events.get()
+            try:
+                self.handle_now(kind, pod)
+            except Exception:
+                log.exception("%s/%s: handling a %s event failed", *key, kind)
+            with self.lock:
+                if kind == "DELETED" and events.empty():
+                    self.pod_workers.pop(key, None)
+                    return
+
+    def handle_now(self, kind: str, pod: kubernetes.client.V1Pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
         if kind == "DELETED" or pod.metadata.deletion_timestamp:
             self.stop(key)
             return
