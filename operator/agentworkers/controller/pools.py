@@ -75,10 +75,20 @@ def reconcile(
         log.info("warm pod %s/%s: deleting (%s)", namespace, pod.name, why)
         storage.delete_pod(namespace, pod.name, pod.uid, pod.version)
     made = 0
-    if template is not None and active is not None:
-        for _ in range(plan.create):
-            _create(storage, body, config, template, active)
-            made += 1
+    wait = 0.0
+    key = (namespace, name)
+    if template is not None and active is not None and plan.create:
+        now = time.monotonic()
+        with _claimed_lock:
+            short_since = _short_since.setdefault(key, now)
+            wait = pools.refill_wait(_last_claim.get(key), short_since, now)
+        if wait <= 0:
+            for _ in range(plan.create):
+                _create(storage, body, config, template, active)
+                made += 1
+    if made or not plan.create:
+        with _claimed_lock:
+            _short_since.pop(key, None)
     claimed = sum(
         (p.get("status") or {}).get("phase") not in ENDED
         for p in storage.pods_labelled(namespace, CLAIMED_LABEL, name)
@@ -92,6 +102,8 @@ def reconcile(
     known = (body.get("status") or {}).get("warmPool")
     if known != counts and (pool is not None or known is not None):
         storage.patch_status("agentconfigs", namespace, name, {"warmPool": counts})
+    if wait > 0:
+        raise Later(wait)
     if plan.again_in is not None:
         raise Later(plan.again_in + 1.0)
 
@@ -185,6 +197,10 @@ def _create(
 # Running: `claim -> Running` (agentworkers_warm_claim_to_running_seconds). Bounded.
 _claimed_at: OrderedDict[str, float] = OrderedDict()
 _claimed_lock = threading.Lock()
+# By pool (namespace, agent): when this process last gave one of its pods to a run, and
+# since when its pass has been waiting to refill it (`core.pools.refill_wait`).
+_last_claim: dict[tuple[str, str], float] = {}
+_short_since: dict[tuple[str, str], float] = {}
 CLAIMS_REMEMBERED = 10_000
 
 
@@ -275,7 +291,7 @@ def claim(
             raise
         metrics.WARM_CLAIMS.inc()
         with _claimed_lock:
-            _claimed_at[meta["uid"]] = time.monotonic()
+            _claimed_at[meta["uid"]] = _last_claim[(namespace, agent)] = time.monotonic()
             while len(_claimed_at) > CLAIMS_REMEMBERED:
                 _claimed_at.popitem(last=False)
         return got

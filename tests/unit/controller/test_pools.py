@@ -20,6 +20,18 @@ from tests.unit.controller.test_worker_reconcile import CONFIG, PROFILES, worker
 POOL = {"warmPool": {"size": 2, "idleSeconds": 600}}
 
 
+@pytest.fixture(autouse=True)
+def no_recent_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's pool starts with no claim this process remembers (they wait a refill)."""
+    monkeypatch.setattr(pools, "_last_claim", {})
+    monkeypatch.setattr(pools, "_short_since", {})
+
+
+def refill_now() -> None:
+    """Claims paused long enough ago: the next pass refills."""
+    pools._last_claim.clear()
+
+
 @pytest.fixture
 def memory() -> Memory:
     memory = Memory()
@@ -95,7 +107,10 @@ def test_a_run_claims_a_warm_pod_and_its_role_binds_the_pod_s_account(memory: Me
     made = [w for w in memory.writes[writes:] if not w[1].startswith("workers")]
     assert made == [("PATCH", "pods", status["pod"]), ("POST", "Role", "worker-w"),
                     ("POST", "RoleBinding", "worker-w")]  # fmt: skip
-    # The pool refills.
+    # The pool refills once claims pause (REFILL_QUIET), not at once.
+    pool_pass(memory)
+    assert len(warm_pods(memory, **{POOL_LABEL: "planner"})) == 1
+    refill_now()
     pool_pass(memory)
     assert len(warm_pods(memory, **{POOL_LABEL: "planner"})) == 2
     assert memory.find("agentconfigs", "planner")["status"]["warmPool"]["claimed"] == 1

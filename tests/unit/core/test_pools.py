@@ -241,3 +241,19 @@ def test_the_runtime_checks_its_claim_fits_its_pod_and_its_run(
     with pytest.raises(WarmPodMismatchError) as caught:
         pools.check_claim(claim, warm_revision, body)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("last_claim", "short_since", "now", "wait"),
+    [
+        (None, 100.0, 100.0, 0.0),  # never claimed from: fill at once
+        (99.5, 99.5, 100.0, 0.5),  # a claim half a second ago: wait for the pause
+        (98.0, 98.0, 100.0, 0.0),  # claims paused: refill
+        (99.9, 95.5, 100.0, 0.5),  # claims go on: refill at most REFILL_MAX_WAIT after
+        (99.9, 94.0, 100.0, 0.0),
+    ],
+)
+def test_a_refill_waits_for_claims_to_pause_but_not_for_ever(
+    last_claim: float | None, short_since: float, now: float, wait: float
+) -> None:
+    assert pools.refill_wait(last_claim, short_since, now) == pytest.approx(wait)
