@@ -260,6 +260,12 @@ def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
     operator decided have said so already (Ready is False then). Then its TTL clock."""
+    if not worker.status.pod:
+        # A run that ended before a pass recorded its pod (a warm pod's runtime reports
+        # within moments of the claim, and its write wins over that pass's): record it now.
+        pod = pools.run_pod(storage, worker.namespace, worker.body)
+        if pod is not None and owned_by(pod, worker.uid):
+            worker.update(pod=pod["metadata"]["name"])
     if worker.status.phase == "Killed":
         # Its runs below go with it; a pass cut short by an API error resumes here.
         _stop_descendants(storage, worker, worker.status.error or "killed")
