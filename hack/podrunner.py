@@ -21,15 +21,16 @@ container as a local process, the way a kubelet would run it:
 * its command, or the image's ENTRYPOINT (`agentworkers`, as the Dockerfile names it),
   then its args, from this repository's environment;
 * with the pod's `env`: plain values and the downward API's fieldRef (name, namespace,
-  pod IP, service account);
-* its volumes (emptyDir, ConfigMap, Secret) made as local directories (`items`,
+  pod IP, service account, an annotation or a label);
+* its volumes (emptyDir, ConfigMap, Secret, downwardAPI) made as local directories (`items`,
   `defaultMode`, a mount inside another one, as a skill's ConfigMap inside the sandbox),
   and every argument and env value under a mount path pointed at its directory;
 * listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
   other's ports (kwok's pod IPs are this machine's: hack/localcluster.py puts their range
   on the loopback device);
 * with the pod's own service-account credentials: a token requested for the pod's
-  ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
+  ServiceAccount, bound to the pod (refused once it is gone), and a kubeconfig of its
+  own, so the runtime has exactly the
   least privilege it has in a real pod (its server: --pod-server, when the pods are to
   reach the API server another way than the runner does, as through the fault suite's
   proxy; else the runner's own);
@@ -37,7 +38,10 @@ container as a local process, the way a kubelet would run it:
   AGENTWORKERS_SANDBOX and working directory), removed with the process;
 * its stdout and stderr appended, in the CRI log format a kubelet writes, to
   <logs>/<namespace>_<pod>.log, which a kwok `Logs` object points kwok at, so that
-  `kubectl logs` shows the run.
+  `kubectl logs` shows the run;
+* each pod's events on a thread of its own, in order (a kubelet's pod workers): a
+  change to a running pod rewrites its downwardAPI files (a warm pod's claim) and may
+  give it an activeDeadlineSeconds.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
 code (OOMKilled when the memory cgroup killed the container), as a kubelet would report
