@@ -146,18 +146,22 @@ def warm_pod(
             REVISION_LABEL: revision.name,
             POD_SETTINGS_LABEL: settings_hash(template),
         },
-        "ownerReferences": [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [controller_ref(owner)],
     }
     return pod
+
+
+def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
+    """An ownerReference to `owner` as the controller: the pod goes with it."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def claim_patch(
@@ -184,16 +188,7 @@ def claim_patch(
                 WORKER_LABEL: meta["name"],
             },
             "annotations": annotations,
-            "ownerReferences": [
-                {
-                    "apiVersion": worker_body["apiVersion"],
-                    "kind": worker_body["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [controller_ref(worker_body)],
         }
     }
     if deadline_seconds:
