@@ -14,7 +14,12 @@ from agentworkers.api import (
     WorkerSpec,
 )
 from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
-from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION, BINDING_ANNOTATION
+from agentworkers.api.names import (
+    AGENT_LABEL,
+    APPLIED_BY_ANNOTATION,
+    BINDING_ANNOTATION,
+    CLAIM_ANNOTATION,
+)
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
@@ -33,6 +38,7 @@ from agentworkers.client.results import (
 )
 from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, PLACEMENT
+from agentworkers.core.pools import Claim
 from agentworkers.core.spawning import decode_binding
 from agentworkers.errors import REFUSALS, ApiError
 from agentworkers.kube.api import ALL_NAMESPACES, Api
@@ -262,6 +268,12 @@ class ConfigReads(Reads):
             for env in container.get("env") or ():
                 if env.get("name") == EFFECTIVE_CONFIG_ENV and env.get("value"):
                     return EffectiveConfig.model_validate_json(env["value"])
+        # A warm pod's run came with its claim (docs/scaling.md, "Warm pool").
+        claim = (((found or {}).get("metadata") or {}).get("annotations") or {}).get(
+            CLAIM_ANNOTATION
+        )
+        if claim:
+            return EffectiveConfig.model_validate_json(Claim.model_validate_json(claim).effective)
         return None
 
     def _config_at(

@@ -24,9 +24,9 @@ from typing import Any
 
 import kopf
 
-from agentworkers.api.names import WORKER_LABEL
+from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, kopf_fixes, lineage, metrics, quotas, workers
+from agentworkers.controller import configs, kopf_fixes, lineage, metrics, pools, quotas, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
@@ -76,11 +76,24 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     )
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
     settle = SettleWindow(options.settle_seconds) if options.settle_seconds > 0 else None
-    memo.configs = Requeue(
+    # Warm pools (docs/scaling.md): a queue of their own, so that filling one never
+    # holds up a revision or a run. A config's pass may move its active revision: its
+    # pool's pass follows it.
+    memo.pools = Requeue(
         "AgentConfig",
-        "agentconfig",
-        _if_mine(memo, partial(configs.reconcile, settle=settle)),
-        threads=2,
+        "warmpool",
+        _if_mine(memo, partial(pools.reconcile, pod_defaults=options.worker_defaults)),
+        threads=1,
+    )
+
+    def config_then_pool(storage: Any, namespace: str, name: str) -> None:
+        try:
+            configs.reconcile(storage, namespace, name, settle=settle)
+        finally:
+            memo.pools.attempt(namespace, name)
+
+    memo.configs = Requeue(
+        "AgentConfig", "agentconfig", _if_mine(memo, config_then_pool), threads=2
     )
     memo.sharding_stop = threading.Event()
     if options.shards > 1:
@@ -115,6 +128,7 @@ def stop_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.accountant.stop()
     memo.workers.stop()
     memo.configs.stop()
+    memo.pools.stop()
 
 
 # AgentConfigs and profiles are reconciled from watch events too, not through kopf's
@@ -181,11 +195,16 @@ async def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: 
 @kopf.on.event(*PODS, **POD_FILTER)
 async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
+    labels = meta.get("labels") or {}
+    # A warm pod's pool counts it (claimed too), also when a pass wrote the change itself.
+    if pool := labels.get(POOL_LABEL) or labels.get(CLAIMED_LABEL):
+        memo.pools.attempt(meta["namespace"], pool)
     if type == "DELETED":
         memo.store.forget("pods", body)
     elif not _news("pods", type, meta, memo):
         return
-    memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])
+    if worker := labels.get(WORKER_LABEL):  # empty on a warm pod no run has claimed
+        memo.workers.attempt(meta["namespace"], worker)
 
 
 def _of_a_pod(body: kopf.Body, **_: Any) -> bool:

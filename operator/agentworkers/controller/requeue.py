@@ -13,7 +13,7 @@ gives every reconcile of a kind these rules:
 * **Passes at a time**: a pass that raises `Later` runs again after its delay (the
   soonest, when an earlier pass asked for a later one).
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
-  AgentConfig), runs the object again later, one pending retry per object, the delay
+  AgentConfig), runs the object again later, one pending retry per object (the nearest), the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
   thread keeps every pending retry (a heap), not a timer thread each. Any other error is a
   bug: it is logged with its traceback and counted, and the queue goes on.
@@ -144,12 +144,12 @@ class Requeue:
         return BACKOFF[min(count, len(BACKOFF) - 1)]
 
     def _after(self, key: Key, delay: float) -> None:
-        """A retry of `key` in `delay` seconds, unless one is pending already that comes as
-        soon: a pass's clock that runs out sooner than the one it set before (a queued
-        run's deadline, then its pod's start) is not held back by the later one."""
+        """A retry of `key` in `delay` seconds, unless one is pending already that is due
+        no later: a clock's far pass must not hold back a near one (a queued run's
+        deadline, then its pod's start; a warm pool's refill after its next pod's idle end)."""
         with self._lock:
             due = time.monotonic() + delay
-            if self._stopped or self._due.get(key, due + 1) <= due:
+            if self._stopped or self._due.get(key, float("inf")) <= due:
                 return
             self._due[key] = due
             heapq.heappush(self._heap, (due, key))

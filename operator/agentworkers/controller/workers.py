@@ -19,7 +19,7 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
-from agentworkers.controller import lineage, metrics, quotas, tracing, worker_tree
+from agentworkers.controller import lineage, metrics, pools, quotas, tracing, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, grant_access, start
@@ -52,6 +52,8 @@ def reconcile(
     except REFUSALS as error:
         _fail_unparsed(storage, body, error)
         return
+    if worker.status.phase in ("Running", "Idle", "Done"):
+        pools.running(worker.uid)
     try:
         _step(storage, worker, pod_defaults or WorkerPod())
     except REFUSALS as error:
@@ -123,10 +125,10 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
     if _suspended(worker):
         return
 
-    pod = storage.get_pod(worker.namespace, pod_name(worker.name))
+    pod = pools.run_pod(storage, worker.namespace, worker.body)
     if pod is None and worker.status.pod:
         # The store may not have seen the pod (yet): the API decides before the run fails.
-        pod = storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True)
+        pod = storage.get_pod(worker.namespace, worker.status.pod, confirm=True)
         if pod is None:
             _lost(worker)
     if pod is None:
@@ -141,7 +143,7 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
             f"a pod named {pod_name(worker.name)} is not this run's", reason=reasons.POD_CONFLICT
         )
     elif not worker.status.pod:
-        grant_access(storage, worker, config)  # an earlier pass ended between pod and access
+        grant_access(storage, worker, config, pod)  # an earlier pass ended between pod and access
     if _queued(storage, worker, pod):
         return
     _follow(worker, pod)
@@ -265,15 +267,23 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     if worker.status.frozen_revision is None and FROZEN_ANNOTATION in annotations:
         frozen = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
         changes.update(frozen_revision=frozen, revision=frozen.name)
+    # A warm pod was made, and its container started, before its run: the run started,
+    # and its runtime's clock to report Running runs, from its claim.
+    claimed = pools.claimed_account(pod) is not None
     if worker.status.started_at is None:
-        changes["started_at"] = pod["metadata"].get("creationTimestamp") or now()
+        changes["started_at"] = (not claimed and pod["metadata"].get("creationTimestamp")) or now()
     phase = (pod.get("status") or {}).get("phase")
     if phase == "Failed":
         reason, message = failure(pod)
         raise RunFailedError(message, reason=reason or reasons.POD_FAILED)
+    started = (
+        (changes.get("started_at") or worker.status.started_at) if claimed else running_since(pod)
+    )
     if phase == "Succeeded" and worker.status.phase != "Done":
         changes.update(phase="Done", last_event="pod succeeded")
-    elif phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, pod):
+    elif (
+        phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, started)
+    ):
         changes.update(phase="Running", last_event="pod running")
     elif worker.status.phase is None:
         changes.update(phase="Pending", last_event="pod created")
@@ -283,10 +293,9 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     worker.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
 
 
-def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
-    """Whether the runtime of a running pod is late to report Running itself; while it is
-    not, a pass is asked for when it would be."""
-    started = running_since(pod)
+def _silent(worker: Worker, started: str | None) -> bool:
+    """Whether the runtime of a running pod (its run begun at `started`) is late to report
+    Running itself; while it is not, a pass is asked for when it would be."""
     if started is None:
         return True
     left = clocks.seconds_left(
@@ -330,6 +339,12 @@ def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
     operator decided have said so already (Ready is False then). Then its TTL clock."""
+    if not worker.status.pod:
+        # A run that ended before a pass recorded its pod (a warm pod's runtime reports
+        # within moments of the claim, and its write wins over that pass's): record it now.
+        pod = pools.run_pod(storage, worker.namespace, worker.body)
+        if pod is not None and owned_by(pod, worker.uid):
+            worker.update(pod=pod["metadata"]["name"])
     if worker.status.phase == "Killed":
         # Its runs below go with it; a pass cut short by an API error resumes here.
         _stop_descendants(storage, worker, worker.status.error or "killed")
@@ -401,7 +416,7 @@ def _stop(
         worker.condition(reasons.QUEUED, "False", reasons.KILLED, f"left its queue: {message}")
     worker.condition(reasons.KILLED, "Unknown", reasons.KILLING, message)
     worker.save(storage)
-    pod = storage.get_pod(worker.namespace, pod_name(worker.name))
+    pod = pools.run_pod(storage, worker.namespace, worker.body)
     if pod is not None and owned_by(pod, worker.body["metadata"]["uid"]):
         # Only this run's pod, and only the one we saw (a precondition on its uid).
         storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])

@@ -23,7 +23,7 @@ from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_na
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 from agentworkers.kube.events import Recorder
-from agentworkers.kube.store import Store
+from agentworkers.kube.store import TRIM, Store
 
 Body = Mapping[str, Any]
 
@@ -68,7 +68,13 @@ class Repository(Protocol):
         self, namespace: str, name: str, *, confirm: bool = False
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def delete_pod(
+        self, namespace: str, name: str, uid: str, version: str | None = None
+    ) -> None: ...
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]: ...
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
     def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
@@ -316,10 +322,12 @@ class Storage:
             raise Conflict(f"a pod named {name} exists and is not this worker's")
         return existing
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete the pod of this uid now; gone already, or another pod by now: nothing to do."""
+    def delete_pod(self, namespace: str, name: str, uid: str, version: str | None = None) -> None:
+        """Delete the pod of this uid now; gone already, or another pod by now: nothing to do.
+        With `version`, only that version of it (a warm pod a run has not claimed since)."""
+        preconditions = {"uid": uid, **({"resourceVersion": version} if version else {})}
         self._delete(
-            "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+            "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": preconditions}
         )
 
     def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
@@ -333,6 +341,19 @@ class Storage:
                 return
             raise
         self._remember("pods", found)
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        """The pods whose `label` is `value`, from the store's index once it has one."""
+        if self.store is not None:
+            return self.store.pods_labelled(namespace, label, value)
+        return list(self.items("pods", namespace, f"{label}={value}"))
+
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A merge patch (a `metadata.resourceVersion` in it is a precondition: 409)."""
+        found = self.api.patch(plural, namespace, name, dict(patch))
+        return self._remember(plural, found) if plural in TRIM else found
 
     # --- a worker runtime's own account ------------------------------------
 

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import RUNTIME_STATUS
 
 Body = dict[str, Any]
@@ -155,6 +156,11 @@ def _digest(trimmed: Body) -> int:
     return hash(json.dumps({**trimmed, "metadata": meta}, sort_keys=True, default=str))
 
 
+# Pod labels indexed by value: a run's pod by its Worker (a claimed warm pod's name is not
+# the Worker's), an agent's warm pods, and those of them runs claimed.
+INDEXED_POD_LABELS = (WORKER_LABEL, POOL_LABEL, CLAIMED_LABEL)
+
+
 def _agent(plural: str, body: Mapping[str, Any]) -> str | None:
     spec = body.get("spec") or {}
     if plural == "agentconfigs":
@@ -178,6 +184,8 @@ class Store:
         self._children: defaultdict[Key, set[str]] = defaultdict(set)
         # (namespace, pod) -> the Workloads Kueue made for that pod.
         self._workloads: defaultdict[Key, set[str]] = defaultdict(set)
+        # (label, namespace, value) -> the pods that carry it (INDEXED_POD_LABELS).
+        self._pods_by: defaultdict[tuple[str, str, str], set[str]] = defaultdict(set)
         # For the judged kinds, by (plural, namespace, name): a digest of what the watch
         # last delivered, the versions passes read or wrote until their events arrive,
         # and the news of the last event until its handler takes it (`news`).
@@ -255,6 +263,11 @@ class Store:
             self._children[(namespace, parent)].add(name)
         for pod in _pods_owning(plural, body):
             self._workloads[(namespace, pod)].add(name)
+        if plural == "pods":
+            labels = body["metadata"].get("labels") or {}
+            for label in INDEXED_POD_LABELS:
+                if value := labels.get(label):
+                    self._pods_by[(label, namespace, value)].add(name)
 
     def _unindex(self, plural: str, body: Body) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
@@ -273,6 +286,14 @@ class Store:
             workloads.discard(name)
             if not workloads:
                 del self._workloads[(namespace, pod)]
+        if plural == "pods":
+            labels = body["metadata"].get("labels") or {}
+            for label in INDEXED_POD_LABELS:
+                if value := labels.get(label):
+                    pods = self._pods_by[(label, namespace, value)]
+                    pods.discard(name)
+                    if not pods:
+                        del self._pods_by[(label, namespace, value)]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -287,6 +308,13 @@ class Store:
         with self._lock:
             names = sorted(self._by_agent.get((plural, namespace, agent), ()))
             found = [self._objects[plural][(namespace, n)] for n in names]
+        return [_copy(b) for b in found]
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[Body]:
+        """The pods whose `label` (one of INDEXED_POD_LABELS) is `value`."""
+        with self._lock:
+            names = sorted(self._pods_by.get((label, namespace, value), ()))
+            found = [self._objects["pods"][(namespace, n)] for n in names]
         return [_copy(b) for b in found]
 
     def children(self, namespace: str, parent: str) -> list[str]:

@@ -14,13 +14,13 @@ and the run's own land in one tree. A planner's spawn_worker span goes into the 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentworkers.api.tracing import Tracing
+from agentworkers.core import clocks
 from agentworkers.core import tracing as spans
 from agentworkers.runtime.models import Params, Reply, ToolCall
 
@@ -209,8 +209,7 @@ class TracedRun(RunSpans):
 def _nanos(timestamp: str | None) -> int | None:
     if not timestamp:
         return None
-    when = dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return int(when.timestamp() * 1e9)
+    return int(clocks.parse(timestamp).timestamp() * 1e9)
 
 
 def start(config: Tracing | None, body: Mapping[str, Any], provider: str, model: str) -> RunSpans:

@@ -18,6 +18,7 @@ from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.names import APPLIED_BY_ANNOTATION
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.errors import ApiError
 from agentworkers.kube.api import refusal
 from agentworkers.kube.repository import Conflict
 
@@ -178,9 +179,11 @@ class Memory:
         self.writes.append(("POST", "pods", meta["name"]))
         return self.put("pods", pod)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str, version: str | None = None) -> None:
         pod = self.objects.get(("pods", namespace, name))
         if pod is not None and pod["metadata"]["uid"] == uid:
+            if version and version != pod["metadata"]["resourceVersion"]:
+                return  # as the API server's 409, which Storage takes for done
             del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
 
@@ -190,6 +193,29 @@ class Memory:
             assert seconds <= pod["spec"].get("activeDeadlineSeconds", seconds)  # the API's rule
             pod["spec"]["activeDeadlineSeconds"] = seconds
             self.writes.append(("PATCH", "pods", name))
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[Body]:
+        return [
+            b
+            for b in self.items("pods", namespace)
+            if (b["metadata"].get("labels") or {}).get(label) == value
+        ]
+
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> Body:
+        # Accounts are kept by their kind, as ensure_access keeps them.
+        kind = {"serviceaccounts": "ServiceAccount"}.get(plural, plural)
+        kept = self.objects.get((kind, namespace, name))
+        if kept is None:
+            raise ApiError("not found", 404)
+        version = (patch.get("metadata") or {}).get("resourceVersion")
+        if version and version != kept["metadata"]["resourceVersion"]:
+            raise ApiError("the object has been modified", 409)
+        _merge(kept, patch)
+        self.writes.append(("PATCH", plural, name))
+        self._bump(kept)
+        return copy.deepcopy(kept)
 
     def delete_worker(self, namespace: str, name: str, uid: str) -> None:
         worker = self.objects.get(("workers", namespace, name))
@@ -236,3 +262,14 @@ class Memory:
     def _bump(self, body: Body) -> str:
         body["metadata"]["resourceVersion"] = str(next(self._versions))
         return str(body["metadata"]["resourceVersion"])
+
+
+def _merge(into: Body, patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386), as the API server applies one."""
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
