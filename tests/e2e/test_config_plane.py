@@ -271,8 +271,13 @@ def test_kubectl_shows_useful_columns_and_explains_the_overlay(
     assert "virtualagentprofile.agentworkers.io/planner-researcher" in table
     assert "agentconfigrevision.agentworkers.io/planner-r1" in table
     configs = cluster.kubectl("get", "ac", "-n", namespace).stdout.splitlines()
-    assert configs[0].split()[:6] == ["NAME", "MODEL", "REVISION", "PROFILES", "READY", "REASON"]
+    assert configs[0].split()[:7] == [
+        "NAME", "MODEL", "REVISION", "PROFILES", "WARM", "READY", "REASON"
+    ]  # fmt: skip
+    # WARM is blank: the agent keeps no warm pool.
     assert configs[1].split()[:6] == ["planner", "demo-large", "1", "3", "True", "RevisionActive"]
+    warm = configs[0].index("WARM")
+    assert not configs[1][warm : configs[0].index("READY")].strip()
 
     explained = cluster.kubectl("explain", "virtualagentprofile.spec.overlay").stdout
     for name in (field.alias or key for key, field in Overlay.model_fields.items()):
