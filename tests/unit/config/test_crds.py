@@ -6,8 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from agentworkers.api import crdgen
-from agentworkers.api.crds import RESOURCES
+from agentworkers.api import RESOURCES, crdgen
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 
