@@ -26,15 +26,18 @@ test: $(BIN)/.installed tools ## every test: unit, then end-to-end on the local 
 
 # The Go-built tools and the pod image, cached: built up front so that a cold build
 # (minutes) is not charged to the first test that needs it.
-tools: $(BIN)/.installed ## build the Go-built tools (control plane, kwok, helm, krew, Flux) and, as root, the pod image
+tools: $(BIN)/.installed ## build the Go-built tools (control plane, kwok, helm, krew, Flux, Kueue, Jaeger) and, as root, the pod image
 	bash hack/build-binaries.sh >/dev/null
 	bash hack/build-helm.sh >/dev/null
 	bash hack/build-krew.sh >/dev/null
 	bash hack/build-flux.sh >/dev/null
+	bash hack/build-jaeger.sh >/dev/null
+	bash hack/build-kueue.sh >/dev/null
 	PYTHON=$(BIN)/python bash hack/pod-tools.sh >/dev/null
 
-unit: $(BIN)/.installed ## unit tests only (no cluster)
-	$(BIN)/pytest tests/unit
+# The slow unit tests (marked `slow`: helm, the release artefacts) run in `make test` only.
+unit: $(BIN)/.installed ## unit tests only (no cluster), but the slow ones: seconds, for the edit-test loop
+	$(BIN)/pytest tests/unit -m "not slow"
 
 e2e: $(BIN)/.installed tools ## end-to-end tests only
 	$(BIN)/pytest tests/e2e

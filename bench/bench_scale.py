@@ -51,6 +51,7 @@ from tests.e2e.support import (  # noqa: E402
     first_revision,
     install_crds,
     local_cluster,
+    pod_runner,
     wait_until,
 )
 
@@ -623,6 +624,180 @@ class Bench:
             )
 
 
+# --- to the runtime's own Running report: cold, warm, and the Job's pod Running ----------
+
+
+class FirstSeen:
+    """First time each object of a kind in a namespace meets `test`, from one raw watch."""
+
+    def __init__(
+        self, api: kubernetes.client.ApiClient, path: str, test: Callable[[dict[str, Any]], bool]
+    ) -> None:
+        self.api, self.path, self.test = api, path, test
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> FirstSeen:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            query = [("watch", "true"), ("timeoutSeconds", "30")]
+            if version:
+                query.append(("resourceVersion", version))
+            for line in raw(self.api, "GET", self.path, query=query, timeout=60):
+                event = json.loads(line)
+                body = event["object"]
+                version = body["metadata"].get("resourceVersion", version)
+                if event["type"] in ("ADDED", "MODIFIED") and self.test(body):
+                    self.seen.setdefault(body["metadata"]["name"], time.monotonic())
+                if self._stop.is_set():
+                    return
+
+
+def runtime_running(body: dict[str, Any]) -> bool:
+    """A Worker whose runtime reported itself (it alone writes eventIndex) past Pending."""
+    status = body.get("status") or {}
+    return bool(status.get("eventIndex")) and status.get("phase") in ("Running", "Idle", "Done")
+
+
+def pod_running(body: dict[str, Any]) -> bool:
+    return (body.get("status") or {}).get("phase") == "Running"
+
+
+@dataclass
+class RuntimePhase:
+    label: str
+    latencies: list[float]
+    count: int
+    note: str = ""
+
+
+def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
+    """Create -> the runtime's own Running report, `--runtime-runs` Workers at
+    `--runtime-rate` each: cold (no pool), warm (a pool of as many, all ready first), and
+    Jobs' create -> pod Running beside them (unthrottled Job controller). The worker pods
+    run as local processes (hack/podrunner.py, process mode), the Jobs' pods only in kwok:
+    the Job's figure has no process start in it, the cold Worker's has a Python start."""
+    runs, rate = args.runtime_runs, args.runtime_rate
+    results = []
+    logs = Path(tempfile.mkdtemp(prefix="bench-pods-"))
+    with pod_runner(bench.cluster, f"{bench.prefix}-rt", logs):
+        for label in ("rt-cold", "rt-warm"):
+            namespace = bench.namespace(label)
+            config = json.loads(json.dumps(CONFIG))
+            if label == "rt-warm":
+                config["spec"]["worker"]["warmPool"] = {"size": runs, "idleSeconds": 3600}
+            bench.cluster.apply(namespace, config)
+            first_revision(bench.cluster, namespace)
+            note = ""
+            if label == "rt-warm":
+                began = time.monotonic()
+                wait_until(
+                    f"{runs} warm pods ready",
+                    lambda ns=namespace: (
+                        (bench.cluster.kubectl_json("get", "agentconfig", "planner", "-n", ns)
+                         .get("status") or {}).get("warmPool", {}).get("ready") == runs
+                    ),
+                    timeout=300,
+                    interval=1,
+                )  # fmt: skip
+                ready_at = time.monotonic() - began
+                idle_at = _warm_idle(namespace, runs) - began
+                note = (
+                    f"pool of {runs} Running {ready_at:.0f} s after its config, its runtimes "
+                    f"idle (started, waiting) {idle_at:.0f} s after"
+                )
+            path = WORKERS.format(namespace=namespace)
+            with FirstSeen(bench.cluster.api, path, runtime_running) as seen:
+                due = _open_loop(bench, path, worker, runs, rate)
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and len(seen.seen) < runs:
+                    time.sleep(0.2)
+            latencies = [seen.seen[n] - at for n, at in due.items() if n in seen.seen]
+            results.append(RuntimePhase(label, latencies, runs, note))
+            bench.drop(label)
+    with controller_manager(5000):
+        namespace = bench.namespace("job-rt")
+        pods_path = f"/api/v1/namespaces/{namespace}/pods"
+        with FirstSeen(bench.cluster.api, pods_path, pod_running) as seen:
+            due = _open_loop(bench, JOBS.format(namespace=namespace), job, runs, rate)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(seen.seen) < runs:
+                time.sleep(0.2)
+        by_job = {pod.rsplit("-", 1)[0]: at for pod, at in seen.seen.items()}
+        latencies = [by_job[n] - at for n, at in due.items() if n in by_job]
+        results.append(RuntimePhase("job-rt", latencies, runs))
+        bench.drop("job-rt")
+    for r in results:
+        lat = r.latencies
+        print(
+            f"\n== {r.label}: {r.count} objects at {rate:g}/s; create->Running p50 "
+            f"{pct(lat, 0.5) * 1000:.0f} ms, p90 {pct(lat, 0.9) * 1000:.0f} ms, p99 "
+            f"{pct(lat, 0.99) * 1000:.0f} ms ({r.count - len(lat)} never Running)"
+            + (f"; {r.note}" if r.note else "")
+        )
+    return results
+
+
+def _warm_idle(namespace: str, count: int, timeout: float = 180) -> float:
+    """When the warm runtimes of `namespace` (local processes) are done starting: their CPU
+    time grows by less than 1% of a core each over a second (waiting, each polls its
+    claim file every 10 ms). A warm pod counts as ready once
+    it runs; on a loaded machine its runtime's start takes seconds more, and a claim
+    before then waits for it (docs/scaling.md): the warm figure is of started runtimes."""
+
+    def warm_cpu() -> tuple[int, float]:
+        found, total = 0, 0.0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"--warm" in argv and f"--namespace={namespace}".encode() in argv:
+                    total += cpu_seconds(int(entry.name))
+                    found += 1
+            except OSError:
+                continue
+        return found, total
+
+    deadline = time.monotonic() + timeout
+    _, before = warm_cpu()
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        found, now = warm_cpu()
+        if found >= count and now - before < 0.01 * found:
+            break
+        before = now
+    return time.monotonic()
+
+
+def _open_loop(
+    bench: Bench, path: str, make: Callable[[str], dict[str, Any]], count: int, rate: float
+) -> dict[str, float]:
+    """`count` creates at `rate`, each timed from when it was due; returns name -> due."""
+    due: dict[str, float] = {}
+    start = time.monotonic()
+    pending = []
+    for i in range(count):
+        name = f"r{i:04d}"
+        at = start + i / rate
+        if (wait := at - time.monotonic()) > 0:
+            time.sleep(wait)
+        due[name] = at
+        pending.append(bench.pool.submit(lambda n=name: raw(bench.cluster.api, "POST", path,
+                                                             body=make(n)).data))  # fmt: skip
+    for future in pending:
+        future.result()
+    return due
+
+
 @contextlib.contextmanager
 def controller_manager(qps: int) -> Iterator[None]:
     subprocess.run(
@@ -701,6 +876,13 @@ def main() -> int:
     parser.add_argument("--no-workers", action="store_true", help="Jobs only")
     parser.add_argument("--max-objects", type=int, default=1000, help="per phase")
     parser.add_argument(
+        "--runtime-runs",
+        type=int,
+        default=25,
+        help="Workers cold, warm (a pool of as many) and Jobs timed to Running; 0: none",
+    )
+    parser.add_argument("--runtime-rate", type=float, default=25, help="their creates per s")
+    parser.add_argument(
         "--split",
         action="store_true",
         help="admission in a process of its own (--role=admission), beside the controller",
@@ -753,6 +935,7 @@ def main() -> int:
         if not args.no_workers:
             bench.price_probe()
         results += side_by_side(bench, rates, args)
+        running = to_running(bench, args) if args.runtime_runs and not args.no_workers else []
         if args.burst and not args.no_workers:
             burst = bench.run("worker-burst", worker, WORKERS, args.burst, 0)
             # What the operator holds with the burst's Workers in place, once it is quiet.
@@ -766,6 +949,9 @@ def main() -> int:
         )
 
     summarize(results, rates)
+    if running:
+        print("\n== create -> Running p99 ms (the runtime's own report; the Job's pod's phase)")
+        print("  " + ", ".join(f"{r.label} {pct(r.latencies, 0.99) * 1000:.0f}" for r in running))
     return 0
 
 

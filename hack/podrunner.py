@@ -21,15 +21,16 @@ container as a local process, the way a kubelet would run it:
 * its command, or the image's ENTRYPOINT (`agentworkers`, as the Dockerfile names it),
   then its args, from this repository's environment;
 * with the pod's `env`: plain values and the downward API's fieldRef (name, namespace,
-  pod IP, service account);
-* its volumes (emptyDir, ConfigMap, Secret) made as local directories (`items`,
+  pod IP, service account, an annotation or a label);
+* its volumes (emptyDir, ConfigMap, Secret, downwardAPI) made as local directories (`items`,
   `defaultMode`, a mount inside another one, as a skill's ConfigMap inside the sandbox),
   and every argument and env value under a mount path pointed at its directory;
 * listening on its own pod IP where it asks for 0.0.0.0, so two replicas do not take each
   other's ports (kwok's pod IPs are this machine's: hack/localcluster.py puts their range
   on the loopback device);
 * with the pod's own service-account credentials: a token requested for the pod's
-  ServiceAccount and a kubeconfig of its own, so the runtime has exactly the
+  ServiceAccount, bound to the pod (refused once it is gone), and a kubeconfig of its
+  own, so the runtime has exactly the
   least privilege it has in a real pod (its server: --pod-server, when the pods are to
   reach the API server another way than the runner does, as through the fault suite's
   proxy; else the runner's own);
@@ -37,7 +38,10 @@ container as a local process, the way a kubelet would run it:
   AGENTWORKERS_SANDBOX and working directory), removed with the process;
 * its stdout and stderr appended, in the CRI log format a kubelet writes, to
   <logs>/<namespace>_<pod>.log, which a kwok `Logs` object points kwok at, so that
-  `kubectl logs` shows the run.
+  `kubectl logs` shows the run;
+* each pod's events on a thread of its own, in order (a kubelet's pod workers): a
+  change to a running pod rewrites its downwardAPI files (a warm pod's claim) and may
+  give it an activeDeadlineSeconds.
 
 When the process exits, the pod's status becomes Succeeded or Failed with the exit
 code (OOMKilled when the memory cgroup killed the container), as a kubelet would report
@@ -59,6 +63,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import queue
 import re
 import shutil
 import signal
@@ -67,7 +72,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,6 +113,9 @@ class Run:
     pod: kubernetes.client.V1Pod
     # Container mode: the container the process (`runc run`) runs.
     container: Container | None = None
+    # Its downwardAPI volumes' directories, by volume name: written again when the pod's
+    # labels or annotations change, as a kubelet refreshes them.
+    downward: dict[str, Path] = field(default_factory=dict)
 
 
 class PodRunner:
@@ -135,6 +143,8 @@ class PodRunner:
         self.refused: set[tuple[str, str]] = set()  # pods whose container could not start
         self.lock = threading.Lock()
         self.stopping = threading.Event()
+        # Each pod's events, in order, for its own thread (`handle`).
+        self.pod_workers: dict[tuple[str, str], queue.SimpleQueue[Any]] = {}
 
     def watch(self) -> None:
         while not self.stopping.is_set():
@@ -156,14 +166,54 @@ class PodRunner:
                 stream.stop()
 
     def handle(self, kind: str, pod: kubernetes.client.V1Pod) -> None:
+        """Hand the event to its pod's own worker thread, as a kubelet's pod workers: one
+        pod's events in order, a pod's slow start (its volumes, its token) never holding
+        up another's (a warm pod's claim, written to its file)."""
         key = (pod.metadata.namespace, pod.metadata.name)
         if not key[0].startswith(self.prefix):
             return
+        with self.lock:
+            events = self.pod_workers.get(key)
+            if events is None:
+                events = self.pod_workers[key] = queue.SimpleQueue()
+                threading.Thread(
+                    target=self.pod_worker, args=(key, events), name=f"pod {key[1]}", daemon=True
+                ).start()
+            events.put((kind, pod))
+
+    def pod_worker(self, key: tuple[str, str], events: queue.SimpleQueue[Any]) -> None:
+        while True:
+            kind, pod = events.get()
+            try:
+                self.handle_now(kind, pod)
+            except Exception:
+                log.exception("%s/%s: handling a %s event failed", *key, kind)
+            with self.lock:
+                if kind == "DELETED" and events.empty():
+                    self.pod_workers.pop(key, None)
+                    return
+
+    def handle_now(self, kind: str, pod: kubernetes.client.V1Pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
         if kind == "DELETED" or pod.metadata.deletion_timestamp:
             self.stop(key)
             return
         if pod.status.phase == "Running" and key not in self.runs and key not in self.refused:
             self.start(pod)
+        elif (run := self.runs.get(key)) is not None:
+            self.refresh(run, pod)
+
+    def refresh(self, run: Run, pod: kubernetes.client.V1Pod) -> None:
+        """A running pod changed: what a kubelet takes from the new version, its
+        downwardAPI files (a warm pod's claim) and its activeDeadlineSeconds."""
+        run.pod = pod
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        fs_group = (pod.spec.security_context and pod.spec.security_context.fs_group) or None
+        for name, directory in run.downward.items():
+            if (volume := volumes.get(name)) is not None and volume.downward_api:
+                files = self.downward_files(pod, volume.downward_api)
+                mode = volume.downward_api.default_mode
+                self.write_files(directory, files, fs_group, 0o644 if mode is None else mode)
 
     def start(self, pod: kubernetes.client.V1Pod, before: Run | None = None) -> None:
         """Run `pod`'s container; `before`: its run that exited (a restart keeps its volumes)."""
@@ -211,7 +261,13 @@ class PodRunner:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.started(Run(process, sandbox, home, pod), " ".join(command))
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        downward = {
+            m.name: mounts[m.mount_path]
+            for m in container.volume_mounts or []
+            if m.mount_path in mounts and volumes[m.name].downward_api
+        }
+        self.started(Run(process, sandbox, home, pod, downward=downward), " ".join(command))
 
     def start_container(self, pod: kubernetes.client.V1Pod) -> None:
         """Run a worker pod's container in a container of its own (container mode)."""
@@ -247,7 +303,9 @@ class PodRunner:
             log.exception("%s/%s: the container did not start", *key)
             self.waiting(key, "RunContainerError", "the local runner could not start it")
             return
-        run = Run(process, made.bundle, made.bundle, pod, made)
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        downward = {n: d for n, d in made_dirs.items() if volumes[n].downward_api}
+        run = Run(process, made.bundle, made.bundle, pod, made, downward)
         self.started(run, f"container {made.id}")
 
     def started(self, run: Run, what: str) -> None:
@@ -265,15 +323,19 @@ class PodRunner:
     def wait(self, key: tuple[str, str], run: Run) -> int:
         """The run's exit code, once it exits; at the pod's activeDeadlineSeconds it is
         stopped first, as a kubelet stops it."""
-        deadline = run.pod.spec.active_deadline_seconds
-        if deadline:
-            begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
-            left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds()
-            try:
-                return run.process.wait(timeout=max(0.0, left))
-            except subprocess.TimeoutExpired:
+        begun = run.pod.status.start_time or dt.datetime.now(dt.UTC)
+        while True:
+            # Read again each second: a pod may be given a deadline while it runs (a warm
+            # pod, when a run claims it), as a kubelet takes it from the pod's new version.
+            deadline = run.pod.spec.active_deadline_seconds
+            left = deadline - (dt.datetime.now(dt.UTC) - begun).total_seconds() if deadline else 1.0
+            if left <= 0:
                 self.deadline(key, run)
-        return run.process.wait()
+                return run.process.wait()
+            try:
+                return run.process.wait(timeout=min(left, 1.0))
+            except subprocess.TimeoutExpired:
+                continue
 
     def deadline(self, key: tuple[str, str], run: Run) -> None:
         with self.lock:
@@ -310,7 +372,11 @@ class PodRunner:
             "status.podIP": pod.status.pod_ip,
             "spec.serviceAccountName": pod.spec.service_account_name,
         }
-        return fields.get(var.value_from.field_ref.field_path)
+        path = var.value_from.field_ref.field_path
+        # metadata.annotations['<key>'] and metadata.labels['<key>'], as a kubelet reads them.
+        if found := re.fullmatch(r"metadata\.(annotations|labels)\['([^']+)'\]", path):
+            return (getattr(pod.metadata, found[1]) or {}).get(found[2], "")
+        return fields.get(path)
 
     def make_volumes(
         self,
@@ -351,7 +417,7 @@ class PodRunner:
                 mount_tmpfs(directory, oci.empty_dir_options(source, fs_group))
             elif volume.empty_dir is not None:
                 directory.mkdir(parents=True, exist_ok=True)
-            elif volume.config_map or volume.secret or volume.projected:
+            elif volume.config_map or volume.secret or volume.projected or volume.downward_api:
                 self.fill_volume(pod, volume, directory, fs_group)
             else:
                 continue
@@ -370,21 +436,50 @@ class PodRunner:
         owned by root and fsGroup. A projected volume (the service-account token volume
         the API server adds to a pod) gets each of its sources' files."""
         directory.mkdir(parents=True, exist_ok=True)
-        source = volume.config_map or volume.secret or volume.projected
+        source = volume.config_map or volume.secret or volume.projected or volume.downward_api
         default = source.default_mode if source.default_mode is not None else 0o644
         files: dict[str, tuple[bytes, int | None]] = {}
         if volume.projected:
             for part in volume.projected.sources or []:
                 files.update(self.projected_files(pod, part))
+        elif volume.downward_api:
+            files = self.downward_files(pod, volume.downward_api)
         else:
             data = self.volume_data(pod, volume.config_map, volume.secret)
             files = {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
+        self.write_files(directory, files, fs_group, default)
+
+    @staticmethod
+    def write_files(
+        directory: Path,
+        files: dict[str, tuple[bytes, int | None]],
+        fs_group: int | None,
+        default: int,
+    ) -> None:
+        """Each file whole or not at all (written aside, then renamed over), as a kubelet's
+        atomic writer: a reader never sees half a file."""
         for relative, (content, mode) in files.items():
             path = directory / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(content)
-            os.chown(path, 0, fs_group or 0)
-            path.chmod(mode if mode is not None else default)
+            aside = path.with_name(f".{path.name}.tmp")
+            aside.write_bytes(content)
+            os.chown(aside, 0, fs_group or 0)
+            aside.chmod(mode if mode is not None else default)
+            aside.replace(path)
+
+    def downward_files(
+        self, pod: kubernetes.client.V1Pod, source: Any
+    ) -> dict[str, tuple[bytes, int | None]]:
+        """The files of a downwardAPI volume or projection: each item's field, empty for
+        an annotation or label the pod does not have (as a kubelet writes it)."""
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for item in source.items or []:
+            if item.field_ref is None:
+                continue
+            field_ = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
+            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field_))
+            files[item.path] = ((value or "").encode(), item.mode)
+        return files
 
     def volume_data(
         self,
@@ -425,13 +520,7 @@ class PodRunner:
             source = part.config_map or part.secret
             data = self.volume_data(pod, part.config_map, part.secret)
             return {i.path: (data[i.key], i.mode) for i in self.items(source, data)}
-        files: dict[str, tuple[bytes, int | None]] = {}
-        for item in (part.downward_api.items if part.downward_api else None) or []:
-            field = kubernetes.client.V1EnvVarSource(field_ref=item.field_ref)
-            value = self.env_value(pod, kubernetes.client.V1EnvVar(name="", value_from=field))
-            if value is not None:
-                files[item.path] = (value.encode(), item.mode)
-        return files
+        return self.downward_files(pod, part.downward_api) if part.downward_api else {}
 
     def mount_secrets(self, pod: kubernetes.client.V1Pod, root: Path) -> Path:
         """Each Secret volume's keys as files under root/<secret>/, as a kubelet mounts them."""
@@ -458,11 +547,18 @@ class PodRunner:
         return root
 
     def pod_token(self, pod: kubernetes.client.V1Pod) -> str:
-        """A token of the pod's own ServiceAccount, as a kubelet requests one for it."""
+        """A token of the pod's own ServiceAccount, bound to the pod as a kubelet requests
+        it: the API server refuses it once the pod is gone (docs/scaling.md, "Warm pool")."""
+        bound = {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "name": pod.metadata.name,
+            "uid": pod.metadata.uid,
+        }
         request = self.core.create_namespaced_service_account_token(
             pod.spec.service_account_name or "default",
             pod.metadata.namespace,
-            {"spec": {"expirationSeconds": 3600, "audiences": []}},
+            {"spec": {"expirationSeconds": 3600, "audiences": [], "boundObjectRef": bound}},
         )
         return str(request.status.token)
 

@@ -143,6 +143,12 @@ class TokenQuotaError(RuleError):
     reason = "TokenQuotaExceeded"
 
 
+class WarmPodMismatchError(RuleError):
+    """A warm pod's claim does not fit it or its run: another revision, another run."""
+
+    reason = "WarmPodMismatch"
+
+
 class RunFailedError(RuleError):
     """A run that cannot go on; `reason` is the condition's (PodLost, PodConflict, ...)."""
 

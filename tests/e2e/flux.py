@@ -8,27 +8,18 @@ import contextlib
 import datetime as dt
 import shutil
 import subprocess
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from githttp import serving
-from tests.e2e.support import REPO, Cluster, free_port, wait_until
+from tests.e2e.support import REPO, Cluster, built, free_port, readyz, stop, wait_until
 
 
 def build() -> Path:
-    """The cached build's bin directory (a cold build takes minutes: `make tools` does it)."""
-    result = subprocess.run(
-        ["bash", str(REPO / "hack" / "build-flux.sh")],
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise AssertionError("hack/build-flux.sh failed (its output is above)")
-    return Path(result.stdout.strip().splitlines()[-1])
+    """The cached build's bin directory."""
+    return built("build-flux.sh")
 
 
 @dataclass
@@ -89,23 +80,10 @@ class Flux:
             yield flux
         finally:
             for process in flux.processes:
-                process.terminate()
-            for process in flux.processes:
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                stop(process)
 
     def ready(self, health_port: int) -> bool:
-        for process, log in zip(self.processes, self.logs, strict=True):
-            if process.poll() is not None:
-                raise AssertionError(f"{log.stem} exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return readyz(health_port, zip(self.processes, self.logs, strict=True))
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(

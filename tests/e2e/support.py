@@ -14,13 +14,14 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import kubernetes
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -136,6 +137,36 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def built(script: str) -> Path:
+    """The bin directory a hack/build-*.sh script prints last (its cached build; a cold one
+    takes minutes: `make tools` does them all up front)."""
+    result = subprocess.run(
+        ["bash", str(REPO / "hack" / script)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"hack/{script} failed (its output is above)")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def readyz(port: int, processes: Iterable[tuple[subprocess.Popen[bytes], Path]]) -> bool:
+    """Whether a controller's health endpoint on `port` says ready; a process of its that
+    exited fails the test with the end of its log."""
+    for process, log in processes:
+        if process.poll() is not None:
+            raise AssertionError(f"{log.stem} exited:\n{log.read_text()[-3000:]}")
+    return answers(f"http://127.0.0.1:{port}/readyz")
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it has not stopped within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -201,10 +232,13 @@ class Operator:
             # Its webhooks outlive a stop on purpose (writes fail closed while no operator
             # answers); an operator that is gone for good takes them along.
             if "--no-webhook" not in args:
-                for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-                    cluster.kubectl(
-                        "delete", kind, running.webhook_name, "--ignore-not-found", check=False
-                    )
+                cluster.kubectl(
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    running.webhook_name,
+                    "--ignore-not-found",
+                    check=False,
+                )
 
     @staticmethod
     def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -275,22 +309,21 @@ class Operator:
         except OSError:
             return False
 
-    def resumed(self, obj: tuple[str, str, str], after: int = 0) -> bool:
-        """Has kopf finished resuming `(kind, namespace, name)`? Read from the JSON log
-        (the operator runs with --log-format=json) past byte offset `after`."""
-        with self.log.open("rb") as log:
-            log.seek(after)
-            for raw in log:
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                ref = line.get("object") or {}
-                if (ref.get("kind"), ref.get("namespace"), ref.get("name")) == obj and str(
-                    line.get("message", "")
-                ).startswith("Resuming is processed"):
-                    return True
-        return False
+    def sample(self, name: str, **labels: str) -> float:
+        """The sum of a metric's samples whose labels include `labels` (0: none yet)."""
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(self.metrics())
+            for sample in family.samples
+            if sample.name == name and labels.items() <= sample.labels.items()
+        )
+
+    def passed_every(self, handler: str, kind: str) -> bool:
+        """Has this process (since its start) passed over every object of a kind in its
+        store, once at least? Its start's listing queues each once, after it has stored
+        them all: as many passes as objects, whatever their result, covers them."""
+        stored = self.sample("agentworkers_store_objects", kind=kind)
+        return 0 < stored <= self.sample("agentworkers_reconciles_total", handler=handler)
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
@@ -407,12 +440,16 @@ def pod_runner(
     finally:
         # It stops each pod's process as a kubelet would (SIGTERM, then SIGKILL): an
         # operator's graceful stop may take a while.
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process, 60)
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of `url` (a health endpoint) answers 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def process_with(env: dict[str, str], command: str) -> int | None:

@@ -23,7 +23,7 @@ from tests.unit.chart.helm import (
     CHART,
     GITOPS_DIR,
     helm,
-    helm_or_skip,
+    require_helm,
     value_args,
 )
 from tests.unit.chart.test_dashboard import DASHBOARD, PROCESS, SUFFIXES, expressions, metric_names
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(1800)  # a cold helm build takes minutes
 
 @pytest.fixture(scope="module", autouse=True)
 def _helm() -> None:
-    helm_or_skip()
+    require_helm()
 
 
 class Release:
@@ -191,6 +191,10 @@ def test_default_install_is_accepted_and_least_privilege(
     assert not release.can(op, "get", "secrets", "--all-namespaces")
     assert not release.can(op, "list", "secrets", "-n", namespace)
     assert not release.can(op, "delete", "namespaces")
+    # No mutating webhook, so no configuration for one (each uninstall left it behind).
+    assert not release.can(
+        op, "create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"
+    )
     assert not release.can(op, "get", "configmaps", "-n", namespace)
     assert not release.can(op, "patch", "agentconfigrevisions.agentworkers.io", "-n", namespace)
     assert not release.can(op, "create", "clusterroles.rbac.authorization.k8s.io")

@@ -269,13 +269,13 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
         assert _pod_uid(cluster, team, "keeper") == pod  # no second pod
         assert _revisions(cluster, team) == revisions  # no revision cut again
 
-        # Uninstall: the operator and its webhook go; the CRDs and every object stay.
+        # Uninstall: the operator and its webhook go, no webhook configuration of either
+        # kind is left behind; the CRDs and every object stay.
         install.helm("uninstall", install.release, "-n", install.system, "--wait")
         wait_until("the operator's pod to go", lambda: not install.operator_pods(), timeout=60)
-        gone = cluster.kubectl(
-            "get", "validatingwebhookconfiguration", install.webhook, check=False
-        )
-        assert gone.returncode != 0
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+            gone = cluster.kubectl("get", kind, install.webhook, check=False)
+            assert gone.returncode != 0, f"{kind} {install.webhook} outlived the release"
         assert {w.name for w in client.list()} == {"keeper", "after-upgrade"}
         assert _revisions(cluster, team) == revisions
         # Meanwhile a spawn is stored, unchecked and not started: nothing serves it.

@@ -95,11 +95,10 @@ def test_revisions_follow_changes_and_only_changes(
         "get", "events", "-n", namespace, "--field-selector", created, "-o", "name"
     ).stdout
     assert "unchanged" in cluster.apply(namespace, CONFIG, edited, PROFILES[1]).stdout
-    restarted_at = operator.log.stat().st_size
     operator.restart(cluster)
     wait_until(
-        "the restarted operator to resume this AgentConfig",
-        lambda: operator.resumed(("AgentConfig", namespace, "planner"), after=restarted_at),
+        "the restarted operator to pass over every AgentConfig it lists",
+        lambda: operator.passed_every("agentconfig", "agentconfigs"),
     )
     assert active_revision(cluster, namespace) == second
     assert len(revisions(cluster, namespace)) == 2
@@ -111,6 +110,39 @@ def test_revisions_follow_changes_and_only_changes(
     # Deleting the AgentConfig takes its revisions with it (garbage collection).
     cluster.kubectl("delete", "agentconfig", "planner", "-n", namespace)
     wait_until("the revisions to be garbage-collected", lambda: not revisions(cluster, namespace))
+
+
+def test_the_operator_leaves_no_mark_of_kopf_on_the_users_objects(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The operator writes an AgentConfig's and a profile's status, nothing else of them:
+    no annotation of kopf's (its copy of the last handled spec, its progress), no
+    finalizer, after a create and an update each took a pass."""
+    cluster.apply(namespace, *PROFILES, CONFIG)
+    wait_for_revision(cluster, namespace, 1)
+    changed = copy.deepcopy(CONFIG)
+    changed["spec"]["instructions"] = "Plan first, then delegate."
+    cluster.apply(namespace, changed)
+    second = wait_for_revision(cluster, namespace, 2)
+    wait_until(
+        "each profile's status to name revision 2",
+        lambda: all(
+            cluster.kubectl_json("get", "vap", p["metadata"]["name"], "-n", namespace)
+            .get("status", {})
+            .get("revision")
+            == second["name"]
+            for p in PROFILES
+        ),
+    )
+    kubectl_s = {"kubectl.kubernetes.io/last-applied-configuration"}
+    for kind, body in (("agentconfig", changed), *(("vap", p) for p in PROFILES)):
+        meta = cluster.kubectl_json("get", kind, body["metadata"]["name"], "-n", namespace)[
+            "metadata"
+        ]
+        applied = set(body["metadata"].get("annotations") or {})
+        assert set(meta.get("annotations") or {}) - applied <= kubectl_s, (kind, meta)
+        assert not meta.get("finalizers"), (kind, meta)
+        assert not meta.get("labels") or meta["labels"] == body["metadata"].get("labels"), meta
 
 
 def test_a_section_profile_wins_over_a_standalone_one(cluster: Cluster, namespace: str) -> None:
@@ -239,8 +271,13 @@ def test_kubectl_shows_useful_columns_and_explains_the_overlay(
     assert "virtualagentprofile.agentworkers.io/planner-researcher" in table
     assert "agentconfigrevision.agentworkers.io/planner-r1" in table
     configs = cluster.kubectl("get", "ac", "-n", namespace).stdout.splitlines()
-    assert configs[0].split()[:6] == ["NAME", "MODEL", "REVISION", "PROFILES", "READY", "REASON"]
+    assert configs[0].split()[:7] == [
+        "NAME", "MODEL", "REVISION", "PROFILES", "WARM", "READY", "REASON"
+    ]  # fmt: skip
+    # WARM is blank: the agent keeps no warm pool.
     assert configs[1].split()[:6] == ["planner", "demo-large", "1", "3", "True", "RevisionActive"]
+    warm = configs[0].index("WARM")
+    assert not configs[1][warm : configs[0].index("READY")].strip()
 
     explained = cluster.kubectl("explain", "virtualagentprofile.spec.overlay").stdout
     for name in (field.alias or key for key, field in Overlay.model_fields.items()):

@@ -86,7 +86,8 @@ def test_admission_is_ready_before_any_namespace_it_serves_exists(
 ) -> None:
     """Admission answers from the store once kopf has indexed what it serves, even when
     that is nothing yet: given patterns that match no namespace, /readyz says ready (the
-    fixture waits for it), and a namespace created after is admitted into at once."""
+    fixture waits for it), and a namespace created after is admitted into at once. Its
+    webhook configuration is a validating one, alone."""
     prefix = f"r{uuid.uuid4().hex[:4]}"
     core = kubernetes.client.CoreV1Api(cluster.api)
     custom = kubernetes.client.CustomObjectsApi(cluster.api)
@@ -95,6 +96,13 @@ def test_admission_is_ready_before_any_namespace_it_serves_exists(
         cluster, tmp_path, f"--namespace={prefix}-*", f"--webhook-name=aw-{prefix}.io"
     ) as operator:
         assert operator.admits()
+        # Its webhooks are validating ones: no MutatingWebhookConfiguration beside them
+        # (kopf made an empty one, which nothing owned and each uninstall left behind).
+        hooks = {
+            kind: cluster.kubectl("get", kind, operator.webhook_name, check=False).returncode
+            for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+        }
+        assert hooks == {"validatingwebhookconfiguration": 0, "mutatingwebhookconfiguration": 1}
         core.create_namespace(
             {"metadata": {"name": name, "labels": {"agentworkers.io/test": "e2e"}}}
         )

@@ -44,7 +44,8 @@ from mypy.options import Options
 from mypy.types import Instance, UnionType, get_proper_type
 from pydantic import BaseModel
 
-from agentworkers.api import RESOURCES, ProfileEntry
+from agentworkers.api import ProfileEntry
+from agentworkers.api.crds import RESOURCES
 from agentworkers.virtualagent import Profile
 
 ROOT = Path(__file__).resolve().parents[2]

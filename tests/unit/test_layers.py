@@ -21,6 +21,7 @@ RANK = {
     "errors": 2,
     "core": 3,
     "kube": 4,
+    "otel": 4,  # the OpenTelemetry SDK's set-up, for the operator and the runtime alike
     "controller": 5,
     "client": 5,
     "runtime": 6,

@@ -102,6 +102,10 @@ spec:
             {{- end }}
             - --metrics-port={{ ternary $root.Values.metrics.port 0 $root.Values.metrics.enabled }}
             - --metrics-addr=0.0.0.0
+            {{- with $root.Values.tracing.endpoint }}
+            - --otlp-endpoint={{ . }}
+            - --trace-sample-ratio={{ $root.Values.tracing.sampleRatio }}
+            {{- end }}
             - --log-format=json
             - --liveness=http://0.0.0.0:{{ $root.Values.health.port }}/healthz
             {{- if $peering }}

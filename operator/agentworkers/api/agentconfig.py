@@ -31,6 +31,7 @@ from agentworkers.api.provider import (
     ReasoningAPI,
     reasoning_api_rule,
 )
+from agentworkers.api.tracing import Tracing
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
     MAX_INSTRUCTIONS_BYTES,
@@ -390,8 +391,44 @@ class WorkerPod(KubeModel):
         return self.model_copy(update=unset)
 
 
+# A Kueue LocalQueue's name: a DNS-1123 subdomain that is also a label value (63 at most).
+QueueName = Annotated[StrictStr, Field(min_length=1, max_length=63, pattern=DNS_SUBDOMAIN)]
+
+# Bounds of a warm pool: pods that wait idle count against the namespace's quota, and a
+# pool replaces every one of them on each revision, so it stays small.
+MAX_WARM_POOL_SIZE: Final = 50
+DEFAULT_WARM_IDLE_SECONDS: Final = 3600
+
+
+class WarmPool(KubeModel):
+    """Pods of this agent started ahead of its runs (docs/scaling.md, "Warm pool"): a
+    spawn claims a ready one instead of waiting for a pod; an empty pool means a cold
+    start, never a wait."""
+
+    size: StrictInt = Field(
+        default=0,
+        description=f"Warm pods kept ready; 0 turns the pool off. At most {MAX_WARM_POOL_SIZE}.",
+        ge=0,
+        le=MAX_WARM_POOL_SIZE,
+    )
+    idle_seconds: StrictInt = Field(
+        default=DEFAULT_WARM_IDLE_SECONDS,
+        description="A warm pod unclaimed for this long is replaced by a fresh one.",
+        ge=30,
+        le=86400,
+    )
+
+
 class WorkerTemplate(WorkerPod):
     """Knobs of the pod each worker of this agent runs in."""
+
+    queue_name: QueueName | None = Field(
+        default=None,
+        description="A Kueue LocalQueue in this namespace: every run of this agent (its "
+        "children too) waits in it until Kueue admits its pod (Worker Pending, condition "
+        "Queued), by the pod's resource requests, which resources.requests must set (cpu or "
+        "memory). Omit to start runs at once. docs/multitenancy.md.",
+    )
 
     sandbox_size: StrictStr = Field(
         default="1Gi",
@@ -414,6 +451,23 @@ class WorkerTemplate(WorkerPod):
         "omit to keep it. A Worker's own wins.",
         ge=0,
     )
+    warm_pool: WarmPool | None = Field(
+        default=None,
+        description="Pods started ahead of this agent's runs, at its active revision; a "
+        "spawn whose pod they match claims one.",
+    )
+
+    @model_validator(mode="after")
+    def _queued_runs_request(self) -> Self:
+        # Kueue admits a pod by its requests: a pod without any would fit every quota.
+        requests = (self.resources.requests if self.resources else None) or {}
+        if self.queue_name is not None and not {"cpu", "memory"} & requests.keys():
+            raise FieldValueError(
+                "resources.requests",
+                "a queued run (queueName) needs cpu or memory requests: Kueue admits a pod "
+                "by its requests, and one with none would fit every quota",
+            )
+        return self
 
 
 class VirtualAgents(KubeModel):
@@ -474,6 +528,11 @@ class AgentConfigSpec(KubeModel):
         default=None,
         description="Virtual-agent profiles declared in the config (the revision door).",
     )
+    tracing: Tracing | None = Field(
+        default=None,
+        description="Send the runs' spans (model and tool calls, queries, the run's life) to "
+        "an OTLP collector, one trace per spawn tree; omitted, no tracing.",
+    )
     revision_history_limit: StrictInt = Field(
         default=DEFAULT_REVISION_HISTORY_LIMIT,
         description="How many old AgentConfigRevisions to keep; one a live Worker pins is "
@@ -506,6 +565,16 @@ class RevisionRef(KubeModel):
     digest: StrictStr = Field(description="SHA-256 of its canonical content.")
 
 
+class WarmPoolStatus(KubeModel):
+    """The warm pool's pods, by state, as the operator last counted them."""
+
+    ready: StrictInt = Field(default=0, description="Warm pods running and unclaimed.")
+    starting: StrictInt = Field(default=0, description="Warm pods not running yet.")
+    claimed: StrictInt = Field(
+        default=0, description="Pods of the pool a run claimed that still run."
+    )
+
+
 class AgentConfigStatus(KubeModel):
     """What the operator observed and derived."""
 
@@ -517,5 +586,8 @@ class AgentConfigStatus(KubeModel):
     )
     profiles: StrictInt | None = Field(
         default=None, description="Number of profiles in the active revision's map."
+    )
+    warm_pool: WarmPoolStatus | None = Field(
+        default=None, description="The warm pool (spec.worker.warmPool), when it has one."
     )
     conditions: tuple[Condition, ...] = conditions_field()

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from agentworkers.api import RESOURCES, Resource
+from agentworkers.api.crds import RESOURCES, Resource
 
 JSON = dict[str, Any]
 

@@ -19,6 +19,13 @@ AGENT_LABEL: Final = f"{GROUP}/agent"
 # On a profiled child: the AgentConfigRevision its binding pins.
 REVISION_LABEL: Final = f"{GROUP}/revision"
 
+# On a warm pod (docs/scaling.md, "Warm pool"): the agent whose pool it is, until a run
+# claims it; the revision and the hash of the pod settings it was made for.
+POOL_LABEL: Final = f"{GROUP}/warm-pool"
+POD_SETTINGS_LABEL: Final = f"{GROUP}/pod-settings"
+# On a warm pod a run claimed: the agent whose pool it came from (counted in its status).
+CLAIMED_LABEL: Final = f"{GROUP}/warm-claimed"
+
 # --- annotations ---------------------------------------------------------------------
 
 # On a profiled child: its sealed binding (key, agent, owner, revision, profile). Only the
@@ -26,6 +33,9 @@ REVISION_LABEL: Final = f"{GROUP}/revision"
 BINDING_ANNOTATION: Final = f"{GROUP}/binding"
 # On a top-level run's pod: the revision it froze at run start (its children bind to it).
 FROZEN_ANNOTATION: Final = f"{GROUP}/frozen-revision"
+# On a claimed warm pod: the run it serves (`core.pools.Claim`): its runtime reads it
+# from a downward-API file.
+CLAIM_ANNOTATION: Final = f"{GROUP}/claim"
 # On a Worker: set by collect before it deletes the Worker, so the deletion is not a kill.
 COLLECTED_ANNOTATION: Final = f"{GROUP}/collected"
 # On an AgentConfigRevision: the GitOps engine that applied the change it holds, where the
@@ -35,6 +45,13 @@ APPLIED_BY_ANNOTATION: Final = f"{GROUP}/applied-by"
 FLUX_NAME_LABEL: Final = "kustomize.toolkit.fluxcd.io/name"
 FLUX_NAMESPACE_LABEL: Final = "kustomize.toolkit.fluxcd.io/namespace"
 ARGOCD_TRACKING_ANNOTATION: Final = "argocd.argoproj.io/tracking-id"
+
+# --- Kueue's, on the pods of runs an AgentConfig queues (spec.worker.queueName) ----------
+
+# The LocalQueue a pod waits in: Kueue's pod integration manages only pods that carry it.
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+# The scheduling gate Kueue's webhook puts on such a pod, removed when Kueue admits it.
+KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 
 # --- finalizers and identities -------------------------------------------------------
 

@@ -22,6 +22,8 @@ PROFILE_BOUND: Final = "ProfileBound"
 KILLED: Final = "Killed"
 # Worker: every MCP server the run keeps was reached at run start (False: which were not).
 MCP_SERVERS_READY: Final = "McpServersReady"
+# Worker: its pod waits in a Kueue LocalQueue (True), or Kueue admitted it (False, Admitted).
+QUEUED: Final = "Queued"
 # AgentConfig: the active revision is the current spec and profiles.
 REVISION_CURRENT: Final = "RevisionCurrent"
 # VirtualAgentProfile: whether the profile is in its agent's active revision.
@@ -48,6 +50,14 @@ BOUND: Final = "Bound"  # ProfileBound=True
 POD_CREATED: Final = "PodCreated"  # Started=True
 RUNNING: Final = "Running"  # Ready=True
 KILLING: Final = "Killing"  # Killed=Unknown: the pod is being deleted
+# Queued (AgentConfig spec.worker.queueName): Queued=True with Kueue's own reason for the
+# wait (its Workload's QuotaReserved condition, e.g. Pending), or this one until Kueue has
+# made that Workload; Queued=False and one Normal Event once Kueue admits the pod.
+WAITING_FOR_ADMISSION: Final = "WaitingForAdmission"
+ADMITTED: Final = "Admitted"
+# Queued=False: the pod names a LocalQueue, but Kueue never gated it (not installed, or its
+# pod integration does not manage the namespace): the run went on at once.
+NOT_QUEUED: Final = "NotQueued"
 # Ended on its own (one Event each, Ready=False):
 COMPLETED: Final = "Completed"  # Done: the run finished its work (a Normal Event)
 RUN_FAILED: Final = "RunFailed"  # Failed in the runtime (the model, a tool): status.error says
@@ -60,7 +70,8 @@ POD_LOST: Final = "PodLost"  # the pod was deleted before the run ended
 POD_CONFLICT: Final = "PodConflict"  # a pod by the run's name belongs to something else
 POD_FAILED: Final = "PodFailed"  # the pod failed and its status gave no reason
 # ... and the kubelet's words for why, taken as they are (one Warning Event each):
-DEADLINE_EXCEEDED: Final = "DeadlineExceeded"  # the pod outlived its activeDeadlineSeconds
+# the pod outlived its activeDeadlineSeconds, or a queued run its deadline (its pod freed)
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 OOM_KILLED: Final = "OOMKilled"  # its container's memory limit killed it
 # The clocks (one Event each):
 IDLE_TIMEOUT: Final = "IdleTimeout"  # Done: Idle longer than idleTimeoutSeconds; pod freed

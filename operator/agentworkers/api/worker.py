@@ -15,6 +15,7 @@ from agentworkers.api.provider import (
     ReasoningAPI,
     reasoning_api_rule,
 )
+from agentworkers.api.tracing import TraceParent
 from agentworkers.virtualagent import (
     HEX_DIGEST_PATTERN,
     INPUT_NAME_PATTERN,
@@ -162,6 +163,7 @@ class WorkerSpec(KubeModel):
         "(Done) after the first answer.",
     )
     kill: Kill | None = Field(default=None, description="Set to stop the run.")
+    traceparent: TraceParent | None = None
     suspend: bool = Field(
         default=False,
         description="Hold the run before it starts (the binding is still made at spawn). "
@@ -306,7 +308,7 @@ class WorkerStatus(KubeModel):
     observed_generation: StrictInt | None = Field(
         default=None, description="The generation observed."
     )
-    phase: Literal["Pending", "Running", "Idle", "Done", "Failed", "Killed"] | None = Field(
+    phase: Phase | None = Field(
         default=None, description="Pending, Running, Idle, Done, Failed or Killed."
     )
     conditions: tuple[Condition, ...] = conditions_field()
@@ -318,6 +320,11 @@ class WorkerStatus(KubeModel):
     started_at: StrictStr | None = Field(default=None, description="When the run started.")
     updated_at: StrictStr | None = Field(default=None, description="When the status last changed.")
     pod: StrictStr | None = Field(default=None, description="The run's pod.")
+    queue: StrictStr | None = Field(
+        default=None,
+        description="The Kueue LocalQueue the run's pod waits or waited in (its AgentConfig's "
+        "spec.worker.queueName); condition Queued says whether it still waits, and why.",
+    )
     deadline_at: StrictStr | None = Field(
         default=None,
         description="When the run's deadline runs out (its children's, at the latest).",

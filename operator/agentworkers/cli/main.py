@@ -55,12 +55,18 @@ def _operator(args: argparse.Namespace) -> int:
     import prometheus_client  # noqa: PLC0415
 
     # The operator's imports (kopf, aiohttp, cryptography) stay out of every other verb.
-    from agentworkers.controller import collector, kopf_fixes, kopf_settings, startup  # noqa: PLC0415
+    from agentworkers.controller import (  # noqa: PLC0415
+        collector,
+        kopf_fixes,
+        kopf_settings,
+        startup,
+        tracing,
+    )
     from agentworkers.controller.options import Options  # noqa: PLC0415
 
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
-        startup.register_store(lean=True)
+        startup.register_store()
     else:
         import agentworkers.controller.handlers  # noqa: PLC0415
     webhook = args.role != "controller" and not args.no_webhook
@@ -91,6 +97,8 @@ def _operator(args: argparse.Namespace) -> int:
         shard_index=_shard_index(args.shard_index),
         lease_namespace=args.lease_namespace or _own_namespace(),
         **({} if args.settle_seconds is None else {"settle_seconds": max(args.settle_seconds, 0)}),
+        otlp_endpoint=args.otlp_endpoint or None,
+        trace_sample_ratio=args.trace_sample_ratio,
     )
     # JSON lines carry the object (kind, name, namespace) under "object": one line, one worker.
     kopf.configure(
@@ -99,20 +107,28 @@ def _operator(args: argparse.Namespace) -> int:
         log_refkey="object",
     )
     _log_uncaught()
-    kopf_fixes.apply(options.namespaces)
+    try:
+        kopf_fixes.apply(options.namespaces)
+    except kopf_fixes.KopfChanged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
     collector.install()
     if not args.verbose:
         kopf_settings.quiet()
+    tracing.configure(options.otlp_endpoint, options.trace_sample_ratio)
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
-    kopf.run(
-        standalone=options.standalone,
-        peering_name=options.peering,
-        namespaces=options.namespaces,
-        clusterwide=not options.namespaces,
-        liveness_endpoint=options.liveness,
-        memo=kopf.Memo(options=options),
-    )
+    try:
+        kopf.run(
+            standalone=options.standalone,
+            peering_name=options.peering,
+            namespaces=options.namespaces,
+            clusterwide=not options.namespaces,
+            liveness_endpoint=options.liveness,
+            memo=kopf.Memo(options=options),
+        )
+    finally:
+        tracing.close()  # the spans still queued, for at most a few seconds
     return 0
 
 
@@ -157,6 +173,14 @@ def _shard_index(given: int | None) -> int:
         return given
     ordinal = os.environ.get("HOSTNAME", "").rsplit("-", 1)[-1]
     return int(ordinal) if ordinal.isdigit() else 0
+
+
+def _ratio(text: str) -> float:
+    """A share from 0 to 1 (argparse's type: its ValueError is a usage error)."""
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise ValueError(f"{text} is not between 0 and 1")
+    return value
 
 
 def _own_namespace() -> str:
@@ -204,6 +228,19 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     op.add_argument(
         "--metrics-addr", default="127.0.0.1", help="metrics address (0.0.0.0 in a pod)"
+    )
+    op.add_argument(
+        "--otlp-endpoint",
+        default=os.environ.get("AGENTWORKERS_OTLP_ENDPOINT", ""),
+        help="OTLP/HTTP endpoint of a trace collector for the operator's spans of each spawn "
+        "(admission, binding, pod creation); spans go to <endpoint>/v1/traces. '' (default): off",
+    )
+    op.add_argument(
+        "--trace-sample-ratio",
+        type=_ratio,
+        default=1.0,
+        help="share of spawn trees whose spans the operator sends (0 to 1; a tree's runs "
+        "decide alike from its trace id when their AgentConfig's ratio is the same)",
     )
     op.add_argument(
         "--liveness", default="http://127.0.0.1:8081/healthz", help="liveness endpoint; '' off"

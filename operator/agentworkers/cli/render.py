@@ -30,6 +30,7 @@ from agentworkers.client import (
     WorkerInfo,
     revision_ref,
 )
+from agentworkers.core import clocks
 
 NONE = "<none>"
 CELL_WIDTH = 60
@@ -108,16 +109,12 @@ def describe(pairs: Sequence[tuple[str, Any]]) -> str:
     return "".join(out)
 
 
-def parse_time(timestamp: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-
-
 def age(timestamp: str | None, now: dt.datetime | None = None) -> str:
     """How long ago, as kubectl writes it: 45s, 5m30s, 42m, 5h30m, 30h, 3d5h, 120d."""
     if not timestamp:
         return NONE
     now = now or dt.datetime.now(dt.UTC)
-    seconds = max(int((now - parse_time(timestamp)).total_seconds()), 0)
+    seconds = max(int((now - clocks.parse(timestamp)).total_seconds()), 0)
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
     if seconds < 120:
         return f"{seconds}s"
@@ -216,7 +213,10 @@ def tree_text(roots: TreeNode | Sequence[TreeNode], namespaces: bool = False) ->
     for root in [roots] if isinstance(roots, TreeNode) else roots:
         walk(root, "", "")
     header = led(namespaces, ("NAME", "PHASE", "PROFILE", "TOKENS", "AGE", "REASON"))
-    return table(header, rows, verbatim=(int(namespaces),))
+    text = table(header, rows, verbatim=(int(namespaces),))
+    if isinstance(roots, TreeNode) and roots.trace_id:
+        text += f"\nTrace ID: {roots.trace_id}\n"
+    return text
 
 
 def inspection_text(found: Inspection, since: int) -> str:
@@ -283,12 +283,9 @@ def when(stamp: str | None) -> str | None:
     if not stamp:
         return stamp
     try:
-        parsed = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        return clocks.stamp(clocks.parse(stamp))
     except ValueError:
         return stamp
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def event_row(record: EventRecord, namespaces: bool = False) -> str:

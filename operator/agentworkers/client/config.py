@@ -14,7 +14,12 @@ from agentworkers.api import (
     WorkerSpec,
 )
 from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
-from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION, BINDING_ANNOTATION
+from agentworkers.api.names import (
+    AGENT_LABEL,
+    APPLIED_BY_ANNOTATION,
+    BINDING_ANNOTATION,
+    CLAIM_ANNOTATION,
+)
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
@@ -33,6 +38,7 @@ from agentworkers.client.results import (
 )
 from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, PLACEMENT
+from agentworkers.core.pools import Claim
 from agentworkers.core.spawning import decode_binding
 from agentworkers.errors import REFUSALS, ApiError
 from agentworkers.kube.api import ALL_NAMESPACES, Api
@@ -183,10 +189,11 @@ class ConfigReads(Reads):
         return found
 
     def _pod_knobs(self, agent: str, pod: str | None) -> tuple[ExplainedField, ...]:
-        """Where and how the run's pod runs (image, runtime class, placement, resources),
-        and who set each knob: its AgentConfig's spec.worker, else the install's defaults
-        (the operator's `--worker-defaults`, the chart's workerDefaults). The values are the
-        pod's once it exists; before, an install default shows as such."""
+        """Where and how the run's pod runs (image, runtime class, placement, resources,
+        the Kueue LocalQueue it waits in), and who set each knob: its AgentConfig's
+        spec.worker, else the install's defaults (the operator's `--worker-defaults`, the
+        chart's workerDefaults). The values are the pod's once it exists; before, an install
+        default shows as such."""
         try:
             own = (self._agent_body(agent).get("spec") or {}).get("worker") or {}
         except NotFoundError:
@@ -212,11 +219,9 @@ class ConfigReads(Reads):
                 continue  # neither the agent nor (as far as its pod shows) the install set it
             layer = f"AgentConfig/{agent}" if own.get(key) is not None else "install"
             rows.append(ExplainedField(f"pod.{key}", value or "the install's", layer))
-        if own.get("serviceAccountAnnotations"):
-            annotations = own["serviceAccountAnnotations"]
-            rows.append(
-                ExplainedField("pod.serviceAccountAnnotations", annotations, f"AgentConfig/{agent}")
-            )
+        for key in ("serviceAccountAnnotations", "queueName"):  # the agent's own only
+            if own.get(key):
+                rows.append(ExplainedField(f"pod.{key}", own[key], f"AgentConfig/{agent}"))
         return tuple(rows)
 
     def _tree(self, body: Body) -> tuple[ExplainedField, ...]:
@@ -263,6 +268,12 @@ class ConfigReads(Reads):
             for env in container.get("env") or ():
                 if env.get("name") == EFFECTIVE_CONFIG_ENV and env.get("value"):
                     return EffectiveConfig.model_validate_json(env["value"])
+        # A warm pod's run came with its claim (docs/scaling.md, "Warm pool").
+        claim = (((found or {}).get("metadata") or {}).get("annotations") or {}).get(
+            CLAIM_ANNOTATION
+        )
+        if claim:
+            return EffectiveConfig.model_validate_json(Claim.model_validate_json(claim).effective)
         return None
 
     def _config_at(

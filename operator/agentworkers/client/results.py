@@ -256,6 +256,9 @@ class TreeNode:
 
     worker: WorkerInfo
     children: tuple[TreeNode, ...] = ()
+    # On the root `tree NAME` returns: the id of the trace its runs' spans go to, where
+    # tracing is on (core.tracing: its traceparent's trace, else one derived from its uid).
+    trace_id: str | None = None
 
 
 # --- pure helpers --------------------------------------------------------------------

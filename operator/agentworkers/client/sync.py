@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Collection, Generator, Iterator
 from typing import Any
@@ -58,6 +59,7 @@ from agentworkers.client.selection import (
     kill_result,
     nothing_to_kill,
 )
+from agentworkers.core.tracing import run_traceparent, trace_hex_of
 from agentworkers.kube.api import ALL_NAMESPACES, JSON_PATCH, MERGE
 from agentworkers.kube.watch import Change, observe
 
@@ -131,6 +133,7 @@ class Client(ConfigReads):
         progress: Progress | None = None,
     ) -> WorkerInfo:
         """Create the worker; with `wait`, return once it is in one of those phases (or ended)."""
+        spec = self._in_parent_trace(spec)
         body = {
             "apiVersion": API_VERSION,
             "kind": "Worker",
@@ -150,6 +153,23 @@ class Client(ConfigReads):
 
     def get(self, name: str) -> WorkerInfo:
         return WorkerInfo.from_body(self._get(name))
+
+    def _in_parent_trace(self, spec: WorkerSpec) -> WorkerSpec:
+        """A child spawned from here, of an agent that traces, goes into its parent's trace,
+        under the parent's run span (core.tracing), as a runtime's spawn_worker puts it
+        under its own span. Anything amiss (no such parent) is admission's to say."""
+        if not spec.parent or spec.traceparent:
+            return spec
+        try:
+            config = self.api.get("agentconfigs", self.namespace, spec.agent)
+            tracing = ((config or {}).get("spec") or {}).get("tracing")
+            parent = self.api.get(PLURAL, self.namespace, spec.parent) if tracing else None
+        except ApiError:
+            return spec
+        if not tracing or parent is None:
+            return spec
+        header = run_traceparent(parent, float(tracing.get("sampleRatio", 1.0)))
+        return spec.model_copy(update={"traceparent": header})
 
     def list(
         self, where: WorkerFilter | None = None, *, all_namespaces: bool = False
@@ -193,7 +213,10 @@ class Client(ConfigReads):
         found = spawn_tree(self.list(), name)
         if found is None:
             raise self._unknown(name)
-        return found
+        meta, spec = (body := self._get(name))["metadata"], body.get("spec") or {}
+        return dataclasses.replace(
+            found, trace_id=trace_hex_of(spec.get("traceparent"), meta["uid"])
+        )
 
     def forest(self, *, all_namespaces: bool = False) -> tuple[TreeNode, ...]:
         """Every spawn tree in the namespace (or in every one), from one listing."""

@@ -26,7 +26,7 @@ from agentworkers.api.agentconfig import ModelDefaults
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import lineage, metrics, quotas
+from agentworkers.controller import configs, lineage, metrics, pools, quotas
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
@@ -38,6 +38,7 @@ from agentworkers.core.revisions import (
     standalone_source,
 )
 from agentworkers.core.spawning import ancestor_profile, check_binding_write, check_spawn
+from agentworkers.core.tracing import check_spawn_trace
 from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import (
     REFUSALS,
@@ -63,17 +64,15 @@ def _refuse(error: Refusal, counter: Counter = metrics.CONFIG_REFUSALS) -> Refus
 def _standalone(
     storage: Repository, namespace: str, agent: str, skip: str | None = None
 ) -> list[Standalone]:
-    found = []
-    for item in storage.items("virtualagentprofiles", namespace):
-        name = item["metadata"]["name"]
-        if name == skip or (item.get("spec") or {}).get("agent") != agent:
-            continue
-        try:
-            spec = VirtualAgentProfileSpec.model_validate(item["spec"])
-            found.append(Standalone(name, spec, item["metadata"].get("creationTimestamp", "")))
-        except ValidationError:
-            continue  # an invalid neighbour is its own problem, reported on it
-    return found
+    """The agent's standalone profiles as its pass reads them (`configs`: from the store),
+    but `skip` (the one under review, whose new spec the caller adds) and an invalid
+    neighbour, which is its own problem, reported on it."""
+    bodies = [
+        item
+        for item in configs.live_profiles(storage, namespace, agent)
+        if item["metadata"]["name"] != skip
+    ]
+    return [standalone for _, standalone in configs.read_profiles(bodies, skip_invalid=True)]
 
 
 def validate_agent_config(
@@ -169,7 +168,7 @@ def validate_worker(
         raise _refuse_spawn(describe(e)) from e
     except REFUSALS as e:
         raise _refuse_spawn(e) from e
-    spawner = worker_of(username, namespace)
+    spawner = worker_of(username, namespace) or pools.spawner(storage, username, namespace)
     if old is None and spawner is not None and worker.parent != spawner:
         # A runtime's credentials spawn only its own children.
         raise _refuse_spawn(
@@ -204,6 +203,10 @@ def validate_worker(
             UnknownWorkerError(field="spec.parent", rule=f"no worker named {worker.parent!r}")
         )
     if parent_body is not None:
+        try:
+            check_spawn_trace(worker.traceparent, parent_body)
+        except REFUSALS as e:
+            raise _refuse_spawn(e) from e
         name = body["metadata"]["name"]
         limits = ((config_body or {}).get("spec") or {}).get("limits") or {}
         _check_tree(

@@ -51,6 +51,8 @@ class Inputs:
 
 
 def live_profiles(storage: Repository, namespace: str, agent: str) -> list[dict[str, Any]]:
+    """The standalone profiles naming `agent`, but those being deleted: from the store
+    (the operator's watches), so a pass or a review costs no API read."""
     return [
         item
         for item in storage.of_agent("virtualagentprofiles", namespace, agent)
@@ -58,22 +60,32 @@ def live_profiles(storage: Repository, namespace: str, agent: str) -> list[dict[
     ]
 
 
+def read_profiles(
+    profile_bodies: list[dict[str, Any]], *, skip_invalid: bool = False
+) -> list[tuple[dict[str, Any], Standalone]]:
+    """Each profile with its spec read; an invalid one is a refusal naming it, or, with
+    `skip_invalid`, left out (admission: a neighbour's fault is reported on it)."""
+    profiles = []
+    for item in profile_bodies:
+        meta = item["metadata"]
+        try:
+            profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])
+        except ValidationError as e:
+            if skip_invalid:
+                continue
+            raise describe(e, f"{standalone_source(meta['name'])}: spec") from e
+        profiles.append(
+            (item, Standalone(meta["name"], profile_spec, meta.get("creationTimestamp", "")))
+        )
+    return profiles
+
+
 def read_inputs(body: dict[str, Any], profile_bodies: list[dict[str, Any]]) -> Inputs:
     try:
         spec = AgentConfigSpec.model_validate(body.get("spec") or {})
     except ValidationError as e:
         raise describe(e) from e
-    profiles = []
-    for item in profile_bodies:
-        try:
-            profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])
-        except ValidationError as e:
-            raise describe(e, f"{standalone_source(item['metadata']['name'])}: spec") from e
-        meta = item["metadata"]
-        profiles.append(
-            (item, Standalone(meta["name"], profile_spec, meta.get("creationTimestamp", "")))
-        )
-    return Inputs(body, spec, profiles)
+    return Inputs(body, spec, read_profiles(profile_bodies))
 
 
 def reconcile(

@@ -24,9 +24,9 @@ from typing import Any
 
 import kopf
 
-from agentworkers.api.names import WORKER_LABEL
+from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, kopf_fixes, lineage, metrics, quotas, workers
+from agentworkers.controller import configs, kopf_fixes, lineage, metrics, pools, quotas, workers
 from agentworkers.controller.options import Options
 from agentworkers.controller.requeue import Requeue
 from agentworkers.controller.sharding import Everything, Shards, shard_of
@@ -36,6 +36,7 @@ from agentworkers.controller.startup import (
     PODS,
     PROFILES,
     WORKERS,
+    WORKLOADS,
     register_store,
     store_indexer,
 )
@@ -43,9 +44,11 @@ from agentworkers.core.revisions import SettleWindow
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
 
-# Workers, pods and profiles have event handlers here, which forget deletions themselves.
+# Workers, pods, AgentConfigs and profiles have event handlers here, which forget
+# deletions themselves.
 register_store(
-    forgotten_elsewhere=("workers", "pods", "virtualagentprofiles"), judged=("workers", "pods")
+    forgotten_elsewhere=("workers", "pods", "agentconfigs", "virtualagentprofiles"),
+    judged=("workers", "pods", "agentconfigs"),
 )
 
 
@@ -58,11 +61,6 @@ def _if_mine(memo: kopf.Memo, reconcile: Callable[..., None]) -> Callable[[str, 
             reconcile(memo.storage, namespace, name)
 
     return attempt
-
-
-def mine(namespace: str, memo: kopf.Memo, **_: Any) -> bool:
-    """kopf filter: this replica serves the namespace."""
-    return bool(memo.shards.owns(namespace))
 
 
 @kopf.on.startup()
@@ -78,11 +76,24 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     )
     # Profile changes reach their AgentConfig through `on.event`, which kopf never retries.
     settle = SettleWindow(options.settle_seconds) if options.settle_seconds > 0 else None
-    memo.configs = Requeue(
+    # Warm pools (docs/scaling.md): a queue of their own, so that filling one never
+    # holds up a revision or a run. A config's pass may move its active revision: its
+    # pool's pass follows it.
+    memo.pools = Requeue(
         "AgentConfig",
-        "agentconfig",
-        _if_mine(memo, partial(configs.reconcile, settle=settle)),
-        threads=2,
+        "warmpool",
+        _if_mine(memo, partial(pools.reconcile, pod_defaults=options.worker_defaults)),
+        threads=1,
+    )
+
+    def config_then_pool(storage: Any, namespace: str, name: str) -> None:
+        try:
+            configs.reconcile(storage, namespace, name, settle=settle)
+        finally:
+            memo.pools.attempt(namespace, name)
+
+    memo.configs = Requeue(
+        "AgentConfig", "agentconfig", _if_mine(memo, config_then_pool), threads=2
     )
     memo.sharding_stop = threading.Event()
     if options.shards > 1:
@@ -117,23 +128,34 @@ def stop_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.accountant.stop()
     memo.workers.stop()
     memo.configs.stop()
+    memo.pools.stop()
 
 
-@kopf.on.resume(*AGENT_CONFIGS, when=mine)
-@kopf.on.create(*AGENT_CONFIGS, when=mine)
-@kopf.on.update(*AGENT_CONFIGS, field="spec", when=mine)
-async def agent_config_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.configs.attempt(namespace, name)
+# AgentConfigs and profiles are reconciled from watch events too, not through kopf's
+# create/update/resume handlers: those write kopf's own annotations (its copy of the last
+# handled spec, its progress) on the users' objects, which the operator never writes.
+
+
+@kopf.on.event(*AGENT_CONFIGS)
+async def agent_config_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A new AgentConfig, a change a pass has not seen (not its own status write's echo),
+    the listing at start and a deletion (its profiles then say their agent is missing)
+    each take a pass."""
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.store.forget("agentconfigs", body)
+    elif not _news("agentconfigs", type, meta, memo):
+        return
+    memo.configs.attempt(meta["namespace"], meta["name"])
 
 
 @kopf.on.event(*PROFILES)
-async def profile_event(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+async def profile_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Any change to a profile (including its deletion) re-resolves its agent's map."""
-    body = event.get("object") or {}
-    if event.get("type") == "DELETED":
+    if type == "DELETED":
         memo.store.forget("virtualagentprofiles", body)
     agent = (body.get("spec") or {}).get("agent")
-    if not agent or event.get("type") is None:  # None: the initial listing, covered by resume
+    if not agent or type is None:  # None: the listing, whose AgentConfigs take a pass each
         return
     memo.configs.attempt(body["metadata"]["namespace"], agent)
 
@@ -173,16 +195,58 @@ async def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: 
 @kopf.on.event(*PODS, **POD_FILTER)
 async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
+    labels = meta.get("labels") or {}
+    # A warm pod's pool counts it (claimed too), also when a pass wrote the change itself.
+    if pool := labels.get(POOL_LABEL) or labels.get(CLAIMED_LABEL):
+        memo.pools.attempt(meta["namespace"], pool)
     if type == "DELETED":
         memo.store.forget("pods", body)
     elif not _news("pods", type, meta, memo):
         return
-    memo.workers.attempt(meta["namespace"], meta["labels"][WORKER_LABEL])
+    if worker := labels.get(WORKER_LABEL):  # empty on a warm pod no run has claimed
+        memo.workers.attempt(meta["namespace"], worker)
+
+
+def _of_a_pod(body: kopf.Body, **_: Any) -> bool:
+    """kopf filter: a Workload of Kueue's pod integration (owned by a Pod)."""
+    return any(o.get("kind") == "Pod" for o in body["metadata"].get("ownerReferences") or [])
+
+
+_observe_workload = store_indexer("workloads")
+
+
+# The lean path passes over kopf's filters: each handler keeps to a pod's Workloads itself.
+@kopf.index(*WORKLOADS, id="store_workloads", when=_of_a_pod)
+async def workload_index(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if _of_a_pod(body):
+        await _observe_workload(body=body, memo=memo)
+
+
+@kopf.on.event(*WORKLOADS, when=_of_a_pod)
+async def workload_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Kueue's word on a queued run's pod (its reason to wait, its admission): a pass of
+    the run, while it has not started."""
+    if not _of_a_pod(body):
+        return
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.store.forget("workloads", body)
+    for owner in meta.get("ownerReferences") or []:
+        pod = memo.store.get("pods", meta["namespace"], owner.get("name") or "")
+        if owner.get("kind") != "Pod" or pod is None:
+            continue  # not a run's pod: the store holds only those
+        worker = pod["metadata"]["labels"][WORKER_LABEL]
+        run = memo.store.get("workers", meta["namespace"], worker) or {}
+        if (run.get("status") or {}).get("phase") in (None, "Pending"):
+            memo.workers.attempt(meta["namespace"], worker)
 
 
 # Their events only feed the store and queue a pass: kopf's per-event machinery is skipped.
 kopf_fixes.lean(WORKERS, index=store_indexer("workers"), event=worker_event)
 kopf_fixes.lean(PODS, index=store_indexer("pods"), event=pod_event)
+kopf_fixes.lean(AGENT_CONFIGS, index=store_indexer("agentconfigs"), event=agent_config_event)
+kopf_fixes.lean(PROFILES, index=store_indexer("virtualagentprofiles"), event=profile_event)
+kopf_fixes.lean(WORKLOADS, index=workload_index, event=workload_event)
 
 
 def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:

@@ -1,4 +1,11 @@
-"""Seven changes to kopf (1.45), applied before `kopf.run`.
+"""Eight changes to kopf (1.45), applied before `kopf.run`.
+
+Each replaces or wraps a private part of kopf (`kopf._cogs`, `kopf._core`), so
+`pyproject.toml` holds kopf to the releases they are tested on, and `apply` checks every
+point it patches before it patches any: a kopf that moved one stops the operator at its
+start (`KopfChanged`, naming kopf's version and the point), since running without a fix
+brings back the defect it fixes (admission answering from a store still filling, lost
+namespaces, stuck handlers).
 
 1. Admission refusals say why in machine-readable form. kopf answers a refused review
 with a Status of only a message and a code; a `Refused` error adds `details.causes` with
@@ -70,6 +77,15 @@ before the readiness wait, the handler after). It stays registered with kopf as 
 which is what makes kopf watch it and wait for its listing, and what runs its handlers
 if a kopf upgrade moves the function replaced here. A handler's error is logged and the
 stream goes on, as kopf does for an event handler's.
+
+8. No MutatingWebhookConfiguration without a mutating webhook.
+
+kopf manages a validating and a mutating configuration side by side, and creates each at
+start, whether or not it has a webhook of that kind. The operator has validating ones
+only: the mutating configuration it made stayed empty and owned by nothing, so each
+`helm uninstall` (which removes the chart's validating one) left one behind. Its manager
+now runs only when a mutating webhook is registered; else it waits, as kopf's own does
+when it manages nothing (a root task that ends stops the operator).
 """
 
 from __future__ import annotations
@@ -80,11 +96,13 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from importlib.metadata import version
 from typing import Any
 
 import kopf
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.engines import admission
+from kopf._core.intents import causes, registries
 from kopf._core.reactor import observation, orchestration, processing, queueing
 
 from agentworkers.errors import Refusal
@@ -115,7 +133,12 @@ class Refused(kopf.AdmissionError):
         self.error = error
 
 
-_build_response = admission.build_response
+def _kopf_s(module: Any, name: str) -> Any:
+    """kopf's own `name`, or None where this kopf lacks it (`missing` says which)."""
+    return getattr(module, name, None)
+
+
+_build_response: Callable[..., Any] = _kopf_s(admission, "build_response")
 
 
 def refusal_details(error: Refusal) -> dict[str, Any]:
@@ -136,13 +159,15 @@ def build_response(*, outcomes: dict[Any, Any], **kwargs: Any) -> Any:
     status = response["response"].get("status")
     refused = [o.exception for o in outcomes.values() if isinstance(o.exception, Refused)]
     if status is not None and refused:
-        status.update(refusal_details(refused[0].error))  # type: ignore[typeddict-item]
+        status.update(refusal_details(refused[0].error))
     return response
 
 
 # Set once kopf has indexed every kind it watches: the store is complete from then on.
 indexed = threading.Event()
-_spawn_missing_watchers = orchestration.spawn_missing_watchers
+_spawn_missing_watchers: Callable[..., Awaitable[None]] = _kopf_s(
+    orchestration, "spawn_missing_watchers"
+)
 _waiting: set[asyncio.Task[None]] = set()
 
 
@@ -160,7 +185,7 @@ async def spawn_missing_watchers(*, ensemble: Any, **kwargs: Any) -> None:
         task.add_done_callback(_waiting.discard)
 
 
-_watcher = getattr(queueing, "watcher", None)
+_watcher: Callable[..., Awaitable[None]] = _kopf_s(queueing, "watcher")
 
 
 async def watcher(
@@ -169,7 +194,7 @@ async def watcher(
     """kopf's own watcher; when it ends, for whatever reason, its kind's index toggle goes
     too (kopf drops it only when the watcher has listed its kind)."""
     try:
-        await _watcher(  # type: ignore[misc]
+        await _watcher(
             operator_indexed=operator_indexed, resource_indexed=resource_indexed, **kwargs
         )
     finally:
@@ -189,7 +214,9 @@ def _takes(function: Any, *names: str) -> bool:
 # (group, plural) of a lean kind: its index function and its event handler.
 EventHandler = Callable[..., Awaitable[None]]
 _LEAN: dict[tuple[str, str], tuple[EventHandler, EventHandler]] = {}
-_process_resource_event = processing.process_resource_event
+_process_resource_event: Callable[..., Awaitable[str | None]] = _kopf_s(
+    processing, "process_resource_event"
+)
 
 
 def lean(resource: tuple[str, str, str], index: EventHandler, event: EventHandler) -> None:
@@ -247,7 +274,26 @@ async def _guarded(handler: EventHandler, resource: Any, **kwargs: Any) -> None:
         )
 
 
-_build_webhooks = admission.build_webhooks
+_build_webhooks: Callable[..., list[dict[str, Any]]] = _kopf_s(admission, "build_webhooks")
+_mutating_configuration_manager: Callable[..., Awaitable[None]] = _kopf_s(
+    admission, "mutating_configuration_manager"
+)
+
+
+def _mutating(registry: Any) -> list[Any]:
+    return [
+        handler
+        for handler in registry._webhooks.get_all_handlers()
+        if handler.reason == causes.WebhookType.MUTATING
+    ]
+
+
+async def mutating_configuration_manager(*, registry: Any, **kwargs: Any) -> None:
+    """kopf's own if a mutating webhook is registered; else nothing, for good (see 8)."""
+    if _mutating(registry):
+        await _mutating_configuration_manager(registry=registry, **kwargs)
+    else:
+        await asyncio.Event().wait()
 
 
 def served_condition(patterns: Sequence[str]) -> dict[str, str] | None:
@@ -320,10 +366,7 @@ _VIEWS: dict[type, dict[str, tuple[Callable[[Any], Any], tuple[str, ...]]]] = {
 def _views_per_access(
     cls: type, views: dict[str, tuple[Callable[[Any], Any], tuple[str, ...]]]
 ) -> None:
-    init = vars(cls).get("__init__")
-    if init is None or any(attr not in vars(cls) for _, names in views.values() for attr in names):
-        log.warning("kopf's %s has changed; its events are left to the collector", cls.__name__)
-        return
+    init = vars(cls)["__init__"]
     if getattr(init, "_views_per_access", False):
         return
 
@@ -340,33 +383,77 @@ def _views_per_access(
             setattr(cls, name, property(make))
 
 
+class KopfChanged(RuntimeError):
+    """The installed kopf lacks a point these fixes patch: the operator does not start."""
+
+
+TESTED_ON = "1.45.2"
+
+
+def missing() -> list[str]:
+    """The points `apply` patches that this kopf does not have (as they are tested)."""
+    toggles = ("operator_indexed", "resource_indexed")
+    points = {
+        f"{cls.__module__}.{cls.__name__}.{name}": name in vars(cls)
+        for cls, views in _VIEWS.items()
+        for name in ("__init__", *(n for _, names in views.values() for n in names))
+    }
+    points.update(
+        {
+            "kopf._core.engines.admission.build_response(outcomes)": _takes(
+                _build_response, "outcomes"
+            ),
+            "kopf._core.engines.admission.build_webhooks": callable(_build_webhooks),
+            "kopf._core.engines.admission.mutating_configuration_manager(registry)": _takes(
+                _mutating_configuration_manager, "registry"
+            ),
+            "kopf._core.intents.registries.OperatorRegistry._webhooks.get_all_handlers": hasattr(
+                getattr(registries.OperatorRegistry(), "_webhooks", None), "get_all_handlers"
+            ),
+            "kopf._core.intents.causes.WebhookType.MUTATING": hasattr(
+                getattr(causes, "WebhookType", None), "MUTATING"
+            ),
+            "kopf._core.reactor.orchestration.spawn_missing_watchers(ensemble)": _takes(
+                _spawn_missing_watchers, "ensemble"
+            ),
+            "kopf._core.reactor.processing.process_resource_event"
+            "(resource, raw_event, memobase, operator_indexed, resource_indexed)": _takes(
+                _process_resource_event, "resource", "raw_event", "memobase", *toggles
+            ),
+            "kopf._core.reactor.queueing.watcher(operator_indexed, resource_indexed)": _takes(
+                _watcher, *toggles
+            ),
+            "kopf._core.reactor.observation.process_discovered_namespace_event": hasattr(
+                observation, "process_discovered_namespace_event"
+            ),
+            "kopf._core.reactor.observation.revise_namespaces"
+            "(raw_events, insights, namespaces)": _takes(
+                _kopf_s(observation, "revise_namespaces"),
+                "raw_events",
+                "insights",
+                "namespaces",
+            ),
+        }
+    )
+    return [point for point, found in points.items() if not found]
+
+
 def apply(namespaces: Sequence[str] = ()) -> None:
-    """Install all seven (idempotent): kopf looks these up when it runs them. `namespaces`:
-    the operator's `--namespace` patterns (none: every namespace)."""
+    """Install all eight (idempotent): kopf looks these up when it runs them. `namespaces`:
+    the operator's `--namespace` patterns (none: every namespace). Raises `KopfChanged`,
+    having patched nothing, when a point is missing."""
+    if gone := missing():
+        raise KopfChanged(
+            f"kopf {version('kopf')} is not a kopf the operator's fixes to it are "
+            f"made for (tested on kopf {TESTED_ON}); missing: {'; '.join(gone)}. "
+            "Install the kopf version pyproject.toml names."
+        )
     for cls, views in _VIEWS.items():
         _views_per_access(cls, views)
     admission.build_response = build_response
     admission.build_webhooks = _served_only(namespaces)
-    if hasattr(orchestration, "spawn_missing_watchers"):
-        orchestration.spawn_missing_watchers = spawn_missing_watchers
-    else:
-        # A kopf that moved things: admission answers from a store that may be filling.
-        log.warning("kopf's orchestration has changed; admission does not wait for indexing")
-        indexed.set()
-    toggles = ("operator_indexed", "resource_indexed")
-    if _takes(_process_resource_event, "resource", "raw_event", "memobase", *toggles):
-        processing.process_resource_event = process_resource_event  # type: ignore[assignment]
-    else:
-        log.warning("kopf's event processing has changed; every event goes through it")
-    if _takes(_watcher, *toggles):
-        queueing.watcher = watcher
-    else:
-        # A kopf that moved things: a watcher stopped before its listing may hold handlers.
-        log.warning("kopf's watcher has changed; a stopped watcher's index toggle may stay")
-    if not hasattr(observation, "process_discovered_namespace_event") or not hasattr(
-        observation, "revise_namespaces"
-    ):
-        # A kopf that moved things: run without the fix (the e2e test tells if it is needed).
-        log.warning("kopf's namespace observer has changed; running without the fix")
-        return
+    admission.mutating_configuration_manager = mutating_configuration_manager
+    orchestration.spawn_missing_watchers = spawn_missing_watchers
+    processing.process_resource_event = process_resource_event  # type: ignore[assignment]
+    queueing.watcher = watcher
     observation.process_discovered_namespace_event = process_discovered_namespace_event

@@ -22,6 +22,7 @@ from agentworkers.api import reasons
 from agentworkers.api.agentconfig import AgentConfigSpec, RevisionRef, TreeLimits
 from agentworkers.api.worker import TERMINAL_PHASES, InheritedBounds, WorkerStatus
 from agentworkers.core.spawning import ParentRun
+from agentworkers.core.tracing import trace_id_of
 from agentworkers.core.tree import Shape
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.repository import Repository
@@ -49,6 +50,9 @@ def parent_run(
         frozen=_frozen(parent_body),
         bounded_by=bounded_by,
         deadline_at=(parent_body.get("status") or {}).get("deadlineAt"),
+        trace_id=trace_id_of(
+            (parent_body.get("spec") or {}).get("traceparent"), parent_body["metadata"]["uid"]
+        ),
     )
     return parent, ancestor
 

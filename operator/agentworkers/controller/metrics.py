@@ -69,6 +69,26 @@ POD_LATENCY = Histogram(
     "Time from a Worker's creation to its pod's creation.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
 )
+WARM_CLAIMS = Counter(
+    "agentworkers_warm_claims_total", "Runs that started in a warm pod of their agent's pool."
+)
+WARM_MISSES = Counter(
+    "agentworkers_warm_misses_total",
+    "Runs of an agent with a warm pool that started cold: the pool was empty, had no ready "
+    "pod of the run's revision and settings, or lost every claim it tried.",
+    ["reason"],
+)
+WARM_CREATED = Counter("agentworkers_warm_pods_created_total", "Warm pods created.")
+WARM_PODS = Gauge(
+    "agentworkers_warm_pods",
+    "Pods of every warm pool by state: ready, starting, claimed (by a run still going).",
+    ["state"],
+)
+WARM_CLAIM_TO_RUNNING = Histogram(
+    "agentworkers_warm_claim_to_running_seconds",
+    "Time from a warm pod's claim to its runtime's Running report, as the operator sees it.",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+)
 WORKERS = Gauge("agentworkers_workers", "Workers this operator tracks, by phase.", ["phase"])
 STORE_OBJECTS = Gauge(
     "agentworkers_store_objects",
@@ -140,4 +160,9 @@ QUOTA_TOKENS = Gauge(
     "Each TokenQuota in its current window, as last summed: limit, used, reserved (what live "
     "runs may still use) and remaining, by the quota's namespace and name.",
     ["quota_namespace", "quota", "kind"],
+)
+SPANS_DROPPED = Counter(
+    "agentworkers_trace_spans_dropped_total",
+    "The operator's spans that did not reach the trace collector (refused, timed out, or "
+    "past the exporter's queue): tracing costs the spans, never a reconcile.",
 )

@@ -44,6 +44,9 @@ class Options:
     lease_namespace: str = "default"
     # How long an agent's inputs keep still before a change is cut (core.revisions.SettleWindow).
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    # The operator's spans of each spawn (controller.tracing): an OTLP/HTTP endpoint, or off.
+    otlp_endpoint: str | None = None
+    trace_sample_ratio: float = 1.0
 
     def webhook_server(
         self, checks: Mapping[str, Check], ready: Callable[[], bool] = lambda: True

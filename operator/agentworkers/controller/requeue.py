@@ -1,7 +1,8 @@
 """A work queue for reconciles, as client-go's: one pass per object at a time, retried.
 
 kopf retries its create/update/resume handlers, but not `on.event` ones, which drive
-Workers and profile changes. A `Requeue` gives every reconcile of a kind these rules:
+every kind here (the others write kopf's annotations on users' objects). A `Requeue`
+gives every reconcile of a kind these rules:
 
 * **Passes run on the queue's own threads.** Asking for one (`attempt`) returns at once,
   so kopf's handlers can be `async` and hand each event over as it arrives; the queue
@@ -9,9 +10,10 @@ Workers and profile changes. A `Requeue` gives every reconcile of a kind these r
 * **One pass per object at a time.** A pass asked for while one runs is not run beside
   it: the object goes back on the queue when the running pass ends. An object waiting in
   the queue is there once, however many events asked for it.
-* **Passes at a time**: a pass that raises `Later` runs again after its delay.
+* **Passes at a time**: a pass that raises `Later` runs again after its delay (the
+  soonest, when an earlier pass asked for a later one).
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
-  AgentConfig), runs the object again later, one pending retry per object, the delay
+  AgentConfig), runs the object again later, one pending retry per object (the nearest), the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
   thread keeps every pending retry (a heap), not a timer thread each. Any other error is a
   bug: it is logged with its traceback and counted, and the queue goes on.
@@ -142,11 +144,13 @@ class Requeue:
         return BACKOFF[min(count, len(BACKOFF) - 1)]
 
     def _after(self, key: Key, delay: float) -> None:
-        """A retry of `key` in `delay` seconds, unless one is pending already."""
+        """A retry of `key` in `delay` seconds, unless one is pending already that is due
+        no later: a clock's far pass must not hold back a near one (a queued run's
+        deadline, then its pod's start; a warm pool's refill after its next pod's idle end)."""
         with self._lock:
-            if self._stopped or key in self._due:
-                return
             due = time.monotonic() + delay
+            if self._stopped or self._due.get(key, float("inf")) <= due:
+                return
             self._due[key] = due
             heapq.heappush(self._heap, (due, key))
             self._timer.notify()

@@ -24,7 +24,7 @@ import kopf
 from agentworkers import kube
 from agentworkers.api import GROUP, VERSION
 from agentworkers.api.names import FINALIZER, WORKER_LABEL
-from agentworkers.controller import kopf_fixes, kopf_settings, metrics
+from agentworkers.controller import kopf_fixes, metrics
 from agentworkers.controller.options import Options
 from agentworkers.kube.api import Api
 from agentworkers.kube.repository import Storage
@@ -37,6 +37,9 @@ PROVIDERS = (GROUP, VERSION, "modelproviders")
 WORKERS = (GROUP, VERSION, "workers")
 TOKEN_QUOTAS = (GROUP, VERSION, "tokenquotas")
 PODS = ("", "v1", "pods")
+# Kueue's, one per queued run's pod: why it waits. kopf watches them only where Kueue's
+# CRD exists (it watches CRDs, and starts when one appears).
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 # Seconds a peer's keepalive holds: a standby takes over this long after the active
 # replica's last (kopf's default, 60, is past a failover a platform team waits out).
 PEERING_LIFETIME = 15
@@ -49,10 +52,11 @@ def configure(
     settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     options: Options = memo.options
-    # Our own prefixes from the first release: changing them later re-handles every object.
+    # kopf writes on no object (every kind's events go the lean way, past its change
+    # handling); were that to change, its marks would be under our prefix, not kopf's.
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf_settings.DiffBaseStorage(
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
     # We post our own Events with reasons; kopf's per-handler chatter stays in the log.
@@ -127,15 +131,13 @@ def _forgetter(plural: str) -> Any:
     return forget
 
 
-def register_store(
-    forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str] = (), *, lean: bool = False
-) -> None:
+def register_store(forgotten_elsewhere: Iterable[str] = (), judged: Iterable[str] = ()) -> None:
     """Feed the store from every kind the operator reads. `forgotten_elsewhere`: plurals
-    whose own event handlers forget deletions; `judged`: plurals whose event handlers ask
-    whether an event is news (kopf runs a kind's index functions before its handlers, for
-    each event in turn). `lean`: nothing else handles these kinds (an admission-only
-    process), so each of the others' events goes straight to its two handlers
-    (`kopf_fixes`, 7)."""
+    whose own event handlers forget deletions (and are made lean by their module);
+    `judged`: plurals whose event handlers ask whether an event is news (kopf runs a
+    kind's index functions before its handlers, for each event in turn). Every other
+    kind's events go straight to its two handlers, past kopf's machinery (`kopf_fixes`,
+    7): no kind has kopf's change handlers, so kopf writes nothing on any object."""
     skip = set(forgotten_elsewhere)
     _JUDGED.update(judged)
     for resource, extra in (
@@ -153,5 +155,4 @@ def register_store(
         if plural not in skip:
             forget = _forgetter(plural)
             kopf.on.event(*resource, id=f"forget_{plural}", **extra)(forget)
-            if lean:
-                kopf_fixes.lean(resource, index=index, event=forget)
+            kopf_fixes.lean(resource, index=index, event=forget)

@@ -14,13 +14,14 @@ Fail) instead of going through unchecked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 from typing import Any
 
 import kopf
 
-from agentworkers.controller import admission, lineage, quotas
+from agentworkers.controller import admission, lineage, quotas, tracing
 from agentworkers.controller.admission_server import Check, Review
 from agentworkers.controller.options import Options
 from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
@@ -73,6 +74,12 @@ def checks(
     quota_pending = quotas.Pending()
 
     def worker(review: Review, warnings: list[str]) -> None:
+        # A spawn's admission is a span of it (an update's is not).
+        span = tracing.spawn_span("admission", review.body) if review.old is None else None
+        with span or contextlib.nullcontext():
+            _validate_worker(review, warnings)
+
+    def _validate_worker(review: Review, warnings: list[str]) -> None:
         admission.validate_worker(
             storage,
             review.body,

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from agentworkers.api import reasons
 from agentworkers.api.worker import RUNTIME_STATUS, WorkerSpec, WorkerStatus
-from agentworkers.core.conditions import Status, abnormal_conditions, now, set_condition
+from agentworkers.core.clocks import now
+from agentworkers.core.conditions import Status, abnormal_conditions, set_condition
 from agentworkers.errors import describe
 from agentworkers.kube.repository import Repository
 

@@ -22,13 +22,14 @@ from agentworkers.api.names import (
     REVISION_LABEL,
 )
 from agentworkers.api.worker import InheritedBounds
-from agentworkers.controller import metrics
+from agentworkers.controller import metrics, pools
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check_bounds as check_inputs
+from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod
 from agentworkers.core.spawning import (
     ParentRun,
@@ -38,8 +39,9 @@ from agentworkers.core.spawning import (
     summary,
     verify_run_start,
 )
+from agentworkers.core.tracing import check_child_trace
 from agentworkers.errors import REFUSALS, ApiError, RunFailedError
-from agentworkers.kube.repository import Conflict, Repository, ref
+from agentworkers.kube.repository import Conflict, Repository
 from agentworkers.virtualagent import Profile
 
 
@@ -93,7 +95,7 @@ def adopt(
     if parent_body is not None and parent_body["metadata"]["uid"] not in {
         o.get("uid") for o in owners
     }:
-        owners.append(ref(parent_body, controller=False))
+        owners.append(owner_reference(parent_body, controller=False))
         write = True
     if write:
         try:
@@ -120,18 +122,31 @@ def grant(storage: Repository, body: dict[str, Any]) -> None:
     storage.set_role_rules(meta["namespace"], account_name(meta["name"]), rules)
 
 
-def _access(storage: Repository, worker: Worker, config: AgentConfigSpec) -> list[dict[str, Any]]:
+def _access(
+    storage: Repository,
+    worker: Worker,
+    config: AgentConfigSpec,
+    pod: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The run's ServiceAccount, Role and RoleBinding; the binding's subject the account
+    of `pod` when it is a warm pod the run claimed."""
     children = storage.children(worker.namespace, worker.name)
     return access_objects(
-        worker.body, worker.spec.agent, children, config.worker.service_account_annotations
+        worker.body,
+        worker.spec.agent,
+        children,
+        config.worker.service_account_annotations,
+        account=pools.claimed_account(pod) if pod is not None else None,
     )
 
 
-def grant_access(storage: Repository, worker: Worker, config: AgentConfigSpec) -> None:
+def grant_access(
+    storage: Repository, worker: Worker, config: AgentConfigSpec, pod: dict[str, Any]
+) -> None:
     """The runtime's Role and RoleBinding, made after its pod: off the path to the pod (the
     runtime retries a refused first call), and done by the pass that records the pod (a
     pass that finds a pod its Worker does not record yet makes them again)."""
-    _, *rbac = _access(storage, worker, config)
+    _, *rbac = _access(storage, worker, config, pod)
     _grant_rbac(storage, worker, rbac)
 
 
@@ -167,6 +182,8 @@ def start(
     check_secrets(worker.spec, config.allowed_secrets)
     check_reasoning_api(worker.spec, config.model)
     check_kind(worker.spec)
+    if parent is not None:
+        check_child_trace(worker.spec.traceparent, parent.name, parent.trace_id)
     effective = resolve(config, worker.spec, profile)
     via = ""
     if ancestor is not None and not worker.spec.profile:
@@ -175,7 +192,6 @@ def start(
     # Admission's check again (it can be off): the inputs fit the profile that bounds the run.
     check_inputs(worker.spec.inputs, profile, via)
     account, *rbac = _access(storage, worker, config)
-    storage.ensure_access([account])  # the API server admits no pod naming an absent account
     deadline = clocks.deadline(
         worker.spec.deadline_seconds or config.worker.deadline_seconds,
         parent.deadline_at if parent else None,
@@ -195,15 +211,29 @@ def start(
     frozen = None if worker.spec.profile else active
     if frozen is not None:
         pod["metadata"]["annotations"] = {FROZEN_ANNOTATION: frozen.model_dump_json(by_alias=True)}
-    try:
-        created = storage.create_pod(pod, worker.body["metadata"]["uid"])
-    except Conflict as e:
-        raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
+    # A ready warm pod of the agent with this pod's settings, if its pool has one: no pod
+    # and no account to make. Its account gets the run's Role only once it is the run's.
+    created = pools.claim(
+        storage,
+        worker.body,
+        config,
+        pod,
+        active,
+        frozen,
+        deadline[0] if deadline else None,
+        effective,
+    )
+    if created is not None:
+        rbac = _access(storage, worker, config, created)[1:]
+    else:
+        storage.ensure_access([account])  # the API server admits no pod naming an absent account
+        try:
+            created = storage.create_pod(pod, worker.body["metadata"]["uid"])
+        except Conflict as e:
+            raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
     _grant_rbac(storage, worker, rbac)
     metrics.SPAWNS.inc()
-    born = dt.datetime.fromisoformat(
-        worker.body["metadata"]["creationTimestamp"].replace("Z", "+00:00")
-    )
+    born = clocks.parse(worker.body["metadata"]["creationTimestamp"])
     metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
     return created
 

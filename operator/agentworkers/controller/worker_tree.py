@@ -14,7 +14,7 @@ from agentworkers.api.worker import TERMINAL_PHASES, TreeStatus
 from agentworkers.controller import lineage, metrics
 from agentworkers.controller.worker_pass import Worker
 from agentworkers.core import clocks
-from agentworkers.core.conditions import now
+from agentworkers.core.clocks import now
 from agentworkers.core.pods import pod_name
 from agentworkers.core.tree import check_tree
 from agentworkers.kube.repository import Repository

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+import math
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -18,13 +19,14 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION, FROZEN_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import TERMINAL_PHASES, WorkerSpec, WorkerStatus
-from agentworkers.controller import lineage, metrics, quotas, worker_tree
+from agentworkers.controller import lineage, metrics, pools, quotas, tracing, worker_tree
 from agentworkers.controller.requeue import Later
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.controller.worker_start import adopt, bind, grant_access, start
 from agentworkers.core import clocks
-from agentworkers.core.conditions import now
+from agentworkers.core.clocks import now
 from agentworkers.core.pods import failure, owned_by, pod_name, running_since
+from agentworkers.core.queueing import standing
 from agentworkers.core.spawning import check_binding
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, UnknownWorkerError, describe
 from agentworkers.kube.repository import Repository
@@ -50,6 +52,8 @@ def reconcile(
     except REFUSALS as error:
         _fail_unparsed(storage, body, error)
         return
+    if worker.status.phase in ("Running", "Idle", "Done"):
+        pools.running(worker.uid)
     try:
         _step(storage, worker, pod_defaults or WorkerPod())
     except REFUSALS as error:
@@ -113,34 +117,25 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
         # Until the run starts, every pass checks the binding is the one written for it.
         annotation = worker.annotations.get(BINDING_ANNOTATION)
         if check_binding(worker.spec, annotation, worker.status.binding, parent) is None:
-            bind(storage, worker, parent_body, parent, active)
+            with tracing.spawn_span("bind profile", worker.body):
+                bind(storage, worker, parent_body, parent, active)
     elif parent_body is not None:
         adopt(storage, worker, parent_body, {}, {})
 
-    if worker.spec.suspend:
-        if worker.status.phase is None:
-            worker.update(phase="Pending")
-        worker.condition(
-            reasons.STARTED,
-            "False",
-            reasons.SUSPENDED,
-            "the run waits for spec.suspend to be cleared",
-        )
+    if _suspended(worker):
         return
 
-    pod = storage.get_pod(worker.namespace, pod_name(worker.name))
+    pod = pools.run_pod(storage, worker.namespace, worker.body)
     if pod is None and worker.status.pod:
         # The store may not have seen the pod (yet): the API decides before the run fails.
-        pod = storage.get_pod(worker.namespace, pod_name(worker.name), confirm=True)
+        pod = storage.get_pod(worker.namespace, worker.status.pod, confirm=True)
         if pod is None:
-            raise RunFailedError(
-                f"pod {worker.status.pod} was deleted before the run ended",
-                reason=reasons.POD_LOST,
-            )
+            _lost(worker)
     if pod is None:
         with (
             worker_tree.place(storage, worker, parent_body, config.limits.token_budget),
             quotas.place(storage, worker.namespace, worker.name, worker.spec.agent),
+            tracing.spawn_span("create pod", worker.body),
         ):
             pod = start(storage, worker, config, active, parent, ancestor)
     elif not owned_by(pod, worker.body["metadata"]["uid"]):
@@ -148,10 +143,24 @@ def _step(storage: Repository, worker: Worker, pod_defaults: WorkerPod) -> None:
             f"a pod named {pod_name(worker.name)} is not this run's", reason=reasons.POD_CONFLICT
         )
     elif not worker.status.pod:
-        grant_access(storage, worker, config)  # an earlier pass ended between pod and access
+        grant_access(storage, worker, config, pod)  # an earlier pass ended between pod and access
+    if _queued(storage, worker, pod):
+        return
     _follow(worker, pod)
     if worker.status.phase == "Idle":
         _idle_clock(storage, worker, pod, config)
+
+
+def _suspended(worker: Worker) -> bool:
+    """A suspended run waits before its pod, saying so."""
+    if not worker.spec.suspend:
+        return False
+    if worker.status.phase is None:
+        worker.update(phase="Pending")
+    worker.condition(
+        reasons.STARTED, "False", reasons.SUSPENDED, "the run waits for spec.suspend to be cleared"
+    )
+    return True
 
 
 def _idle_clock(
@@ -179,6 +188,78 @@ def _idle_clock(
     worker.announce("Normal", reasons.IDLE_TIMEOUT, message)
 
 
+def _lost(worker: Worker) -> NoReturn:
+    """The run's pod is gone before the run ended: it failed (PodLost), or, when a pass
+    deleted it at the deadline of the queued run and went no further, it ran out of time."""
+    queued = _condition(worker, reasons.QUEUED)
+    if queued is not None and queued.reason == reasons.DEADLINE_EXCEEDED:
+        raise RunFailedError(queued.message, reason=reasons.DEADLINE_EXCEEDED)
+    raise RunFailedError(
+        f"pod {worker.status.pod} was deleted before the run ended", reason=reasons.POD_LOST
+    )
+
+
+def _queued(storage: Repository, worker: Worker, pod: dict[str, Any]) -> bool:
+    """A run whose pod names a Kueue LocalQueue: while Kueue holds the pod back, the run is
+    Pending with Queued=True and Kueue's reason, until Kueue admits it (Queued=False, one
+    Event) or its deadline passes (Failed, its pod and its place in the queue freed). True
+    while it waits. Kueue's Workload comes from the store: no read on the pass's path."""
+    before = _condition(worker, reasons.QUEUED)
+    if before is not None and before.status == "False":
+        return False  # admitted, or never gated: the rest is the pod's
+    name = pod["metadata"]["name"]
+    found = standing(pod, storage.workload_of(worker.namespace, name), before is not None)
+    if found is None:
+        return False
+    if worker.status.queue != found.queue:
+        worker.update(queue=found.queue)
+    if not found.waiting:
+        worker.condition(reasons.QUEUED, "False", found.reason, found.message)
+        if before is not None:  # it waited: its run starts now
+            _deadline_left(storage, worker, pod)
+            worker.update(started_at=now(), last_event=found.message)
+            worker.announce("Normal", found.reason, found.message)
+        return False
+    left = _seconds_to_deadline(worker)
+    if left is not None and left <= 0:
+        message = (
+            f"the run's deadline ({worker.status.deadline_at}) passed while it waited in "
+            f"LocalQueue {found.queue}: its pod is deleted and its place in the queue freed"
+        )
+        # The target first: a pass that finds the pod gone after this knows why.
+        worker.condition(reasons.QUEUED, "False", reasons.DEADLINE_EXCEEDED, message)
+        worker.save(storage)
+        storage.delete_pod(worker.namespace, name, pod["metadata"]["uid"])
+        raise RunFailedError(message, reason=reasons.DEADLINE_EXCEEDED)
+    if left is not None:
+        worker.again(left)
+    changes = {"phase": "Pending", "pod": name, "last_event": found.message}
+    if any(getattr(worker.status, k) != v for k, v in changes.items()):
+        worker.update(**changes)
+    worker.condition(reasons.QUEUED, "True", found.reason, found.message)
+    worker.condition(reasons.STARTED, "False", found.reason, found.message)
+    worker.condition(reasons.READY, "False", found.reason, found.message)
+    return True
+
+
+def _seconds_to_deadline(worker: Worker) -> float | None:
+    return clocks.seconds_left(
+        worker.status.deadline_at, 0, dt.datetime.now(dt.UTC), spread=worker.uid
+    )
+
+
+def _deadline_left(storage: Repository, worker: Worker, pod: dict[str, Any]) -> None:
+    """A run's deadline counts from its spawn (`deadlineAt`, which its children's are cut
+    to), its pod's activeDeadlineSeconds from the pod's start: a run admitted after a wait
+    gets what is left of it, not all of it again."""
+    left = _seconds_to_deadline(worker)
+    if left is not None:
+        meta = pod["metadata"]
+        storage.shorten_pod_deadline(
+            worker.namespace, meta["name"], meta["uid"], max(1, math.ceil(left))
+        )
+
+
 def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     """Worker status from its pod: what kubectl get workers shows between runtime reports."""
     annotations = pod["metadata"].get("annotations") or {}
@@ -186,15 +267,23 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     if worker.status.frozen_revision is None and FROZEN_ANNOTATION in annotations:
         frozen = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
         changes.update(frozen_revision=frozen, revision=frozen.name)
+    # A warm pod was made, and its container started, before its run: the run started,
+    # and its runtime's clock to report Running runs, from its claim.
+    claimed = pools.claimed_account(pod) is not None
     if worker.status.started_at is None:
-        changes["started_at"] = pod["metadata"].get("creationTimestamp") or now()
+        changes["started_at"] = (not claimed and pod["metadata"].get("creationTimestamp")) or now()
     phase = (pod.get("status") or {}).get("phase")
     if phase == "Failed":
         reason, message = failure(pod)
         raise RunFailedError(message, reason=reason or reasons.POD_FAILED)
+    started = (
+        (changes.get("started_at") or worker.status.started_at) if claimed else running_since(pod)
+    )
     if phase == "Succeeded" and worker.status.phase != "Done":
         changes.update(phase="Done", last_event="pod succeeded")
-    elif phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, pod):
+    elif (
+        phase == "Running" and worker.status.phase in (None, "Pending") and _silent(worker, started)
+    ):
         changes.update(phase="Running", last_event="pod running")
     elif worker.status.phase is None:
         changes.update(phase="Pending", last_event="pod created")
@@ -204,10 +293,9 @@ def _follow(worker: Worker, pod: dict[str, Any]) -> None:
     worker.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
 
 
-def _silent(worker: Worker, pod: dict[str, Any]) -> bool:
-    """Whether the runtime of a running pod is late to report Running itself; while it is
-    not, a pass is asked for when it would be."""
-    started = running_since(pod)
+def _silent(worker: Worker, started: str | None) -> bool:
+    """Whether the runtime of a running pod (its run begun at `started`) is late to report
+    Running itself; while it is not, a pass is asked for when it would be."""
     if started is None:
         return True
     left = clocks.seconds_left(
@@ -251,6 +339,12 @@ def _ended(storage: Repository, worker: Worker) -> None:
     """A run that ended on its own (the runtime reported Done or Failed, or the pod
     succeeded): say so once, in Ready and in an Event. Killed runs and failures the
     operator decided have said so already (Ready is False then). Then its TTL clock."""
+    if not worker.status.pod:
+        # A run that ended before a pass recorded its pod (a warm pod's runtime reports
+        # within moments of the claim, and its write wins over that pass's): record it now.
+        pod = pools.run_pod(storage, worker.namespace, worker.body)
+        if pod is not None and owned_by(pod, worker.uid):
+            worker.update(pod=pod["metadata"]["name"])
     if worker.status.phase == "Killed":
         # Its runs below go with it; a pass cut short by an API error resumes here.
         _stop_descendants(storage, worker, worker.status.error or "killed")
@@ -316,9 +410,13 @@ def _stop(
     """A target condition, the pod gone, then Killed and one Event (reason `event`)."""
     who = f" by {by}" if by else ""
     message = f"killed{who}: {reason}"
+    queued = _condition(worker, reasons.QUEUED)
+    if queued is not None and queued.status == "True":
+        # Its pod goes, and with it its Workload: its place in the queue is free.
+        worker.condition(reasons.QUEUED, "False", reasons.KILLED, f"left its queue: {message}")
     worker.condition(reasons.KILLED, "Unknown", reasons.KILLING, message)
     worker.save(storage)
-    pod = storage.get_pod(worker.namespace, pod_name(worker.name))
+    pod = pools.run_pod(storage, worker.namespace, worker.body)
     if pod is not None and owned_by(pod, worker.body["metadata"]["uid"]):
         # Only this run's pod, and only the one we saw (a precondition on its uid).
         storage.delete_pod(worker.namespace, pod["metadata"]["name"], pod["metadata"]["uid"])

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentworkers.api import GROUP
 from agentworkers.api.names import WORKER_LABEL
+from agentworkers.core.owners import owner_reference
 
 ACCOUNT_PREFIX = "worker-"
 
@@ -69,25 +70,18 @@ def access_objects(
     agent: str,
     children: list[str],
     annotations: Mapping[str, str] | None = None,
+    account: str | None = None,
 ) -> list[dict[str, Any]]:
     """ServiceAccount (with `annotations`: workload identity), Role and RoleBinding of one
-    worker's runtime, owned by the Worker."""
+    worker's runtime, owned by the Worker. `account`: the ServiceAccount the RoleBinding
+    binds instead of the run's own (a warm pod's, once the run claimed it)."""
     meta = worker_body["metadata"]
     name = account_name(meta["name"])
     owned = {
         "name": name,
         "namespace": meta["namespace"],
         "labels": {WORKER_LABEL: meta["name"]},
-        "ownerReferences": [
-            {
-                "apiVersion": worker_body["apiVersion"],
-                "kind": worker_body["kind"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ],
+        "ownerReferences": [owner_reference(worker_body)],
     }
     return [
         {
@@ -107,6 +101,8 @@ def access_objects(
             "kind": "RoleBinding",
             "metadata": owned,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": meta["namespace"]}],
+            "subjects": [
+                {"kind": "ServiceAccount", "name": account or name, "namespace": meta["namespace"]}
+            ],
         },
     ]

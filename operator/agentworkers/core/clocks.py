@@ -7,7 +7,9 @@
 - **TTL after finished**: how long a finished run nobody has to collect stays before it is
   deleted, like a Job's `ttlSecondsAfterFinished`.
 
-Times are the API's: RFC 3339 in UTC, to the second.
+Times are the API's: RFC 3339 in UTC, to the second. `parse` and `stamp` are the one
+place times are read and written, for every layer (the store's, conditions', Events',
+Leases', the CLI's and the runtime's).
 """
 
 from __future__ import annotations
@@ -17,11 +19,22 @@ import zlib
 
 
 def parse(timestamp: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(timestamp)
+    """An RFC 3339 time (`Z` or an offset; a time without one is UTC), timezone-aware."""
+    moment = dt.datetime.fromisoformat(timestamp)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
-def stamp(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(moment: dt.datetime, digits: int = 0) -> str:
+    """`moment` in UTC with a `Z`: to the second (the API's Time), or with `digits` (3, 6)
+    of the second's fraction (6: a MicroTime, as a Lease's renewTime)."""
+    utc = moment.astimezone(dt.UTC)
+    fraction = f".{utc.microsecond:06d}"[: digits + 1] if digits else ""
+    return f"{utc:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+
+
+def now(digits: int = 0) -> str:
+    """The time now, as `stamp` writes it."""
+    return stamp(dt.datetime.now(dt.UTC), digits)
 
 
 def deadline(

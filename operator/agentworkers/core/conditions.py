@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from typing import Literal
 
 from agentworkers.api.common import MAX_CONDITION_MESSAGE, Condition
 from agentworkers.api.reasons import READY, RECONCILING, STALLED
+from agentworkers.core.clocks import now
 
 Status = Literal["True", "False", "Unknown"]
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def truncate(message: str, limit: int = MAX_CONDITION_MESSAGE) -> str:

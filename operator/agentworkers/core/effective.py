@@ -17,6 +17,7 @@ from pydantic import Field, StrictStr
 from agentworkers.api.agentconfig import AgentConfigSpec, McpServer
 from agentworkers.api.common import KubeModel
 from agentworkers.api.provider import Provider, ReasoningAPI
+from agentworkers.api.tracing import Tracing
 from agentworkers.api.worker import InheritedBounds, WorkerSpec
 from agentworkers.virtualagent import (
     MAX_MAX_STEPS,
@@ -67,6 +68,8 @@ class EffectiveConfig(KubeModel):
     # What the runtime does with the Worker's inputs (a profile's inputDisposition).
     input_disposition: StrictStr = ""
     script: list[dict[str, Any]] | None = None
+    # The agent's tracing (None: off); the run's trace context is the Worker's own.
+    tracing: Tracing | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -190,6 +193,7 @@ def resolve(
         output_schema=profile.output_schema if profile else None,
         input_disposition=profile.input_disposition if profile else "",
         script=worker.script if worker.script is not None else model.script,
+        tracing=config.tracing,
         sources=sources,
     )
 

@@ -14,9 +14,10 @@ from typing import Any
 from agentworkers import __version__
 from agentworkers.api import reasons
 from agentworkers.api.agentconfig import AgentConfigSpec
-from agentworkers.api.names import AGENT_LABEL, WORKER_LABEL
+from agentworkers.api.names import AGENT_LABEL, KUEUE_QUEUE_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.owners import owner_reference
 
 # The worker image when neither the AgentConfig nor the install names one: this release's.
 DEFAULT_IMAGE = f"ghcr.io/agentworkers/agentworkers:{__version__}"
@@ -174,23 +175,18 @@ def build_pod(
     spec.update({key: wire[key] for key in PLACEMENT if wire.get(key)})
     if deadline_seconds:
         spec["activeDeadlineSeconds"] = deadline_seconds
+    labels = {WORKER_LABEL: name, AGENT_LABEL: worker.agent}
+    if knobs.queue_name:
+        # Kueue's pod webhook gates a pod that names a LocalQueue, until Kueue admits it.
+        labels[KUEUE_QUEUE_LABEL] = knobs.queue_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": pod_name(name),
             "namespace": meta["namespace"],
-            "labels": {WORKER_LABEL: name, AGENT_LABEL: worker.agent},
-            "ownerReferences": [
-                {
-                    "apiVersion": worker_body["apiVersion"],
-                    "kind": worker_body["kind"],
-                    "name": name,
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "labels": labels,
+            "ownerReferences": [owner_reference(worker_body)],
         },
         "spec": spec,
     }

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from agentworkers.api import reasons
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus, Window
+from agentworkers.core.clocks import stamp
 from agentworkers.errors import TokenQuotaError
 
 
@@ -44,10 +45,6 @@ def window_bounds(window: Window, now: dt.datetime) -> tuple[dt.datetime, dt.dat
         else (start.replace(month=start.month + 1))
     )
     return start, following
-
-
-def stamp(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ class ParentRun:
     bounded_by: InheritedBounds | None = None
     # When the parent's deadline runs out: its children's cannot run out later.
     deadline_at: str | None = None
+    # The trace the parent's run is in (core.tracing): its children's runs are in it too.
+    trace_id: int = 0
 
 
 def check_spawn(

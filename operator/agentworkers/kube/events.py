@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentworkers.api.names import FIELD_MANAGER
-from agentworkers.core.conditions import now, truncate
+from agentworkers.core.clocks import now
+from agentworkers.core.conditions import truncate
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 

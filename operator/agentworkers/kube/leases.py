@@ -7,10 +7,10 @@ decided by the caller (`agentworkers.controller.sharding`), on its own clock.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from agentworkers.core.clocks import now
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 
@@ -24,10 +24,6 @@ class Lease:
     renewed: str  # renewTime as written; a new value means its holder is alive
     duration: int  # seconds
     version: str  # resourceVersion, for the next write
-
-
-def _micro_time() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _lease(body: dict[str, Any]) -> Lease:
@@ -54,7 +50,7 @@ class Leases:
         """Claim or renew `name` for `holder`, on the version `seen` (None: it does not
         exist yet). Returns the lease as written, or None when another writer came first."""
         spec = {"holderIdentity": holder, "leaseDurationSeconds": duration}
-        spec["renewTime"] = _micro_time()
+        spec["renewTime"] = now(digits=6)  # a MicroTime
         if seen is None or seen.holder != holder:
             spec["acquireTime"] = spec["renewTime"]
         try:

@@ -17,12 +17,13 @@ from typing import Any, Protocol
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION
+from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 from agentworkers.kube.events import Recorder
-from agentworkers.kube.store import Store
+from agentworkers.kube.store import TRIM, Store
 
 Body = Mapping[str, Any]
 
@@ -31,28 +32,14 @@ class Conflict(Exception):
     """A child already exists under our deterministic name but is not ours."""
 
 
-def ref(body: Body, *, controller: bool = True) -> dict[str, Any]:
-    """An ownerReference to `body`, so the garbage collector removes the child with it."""
-    return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "name": body["metadata"]["name"],
-        "uid": body["metadata"]["uid"],
-        "controller": controller,
-        "blockOwnerDeletion": True,
-    }
-
-
 class Repository(Protocol):
     """The operations the controller and admission use; `Storage` documents each."""
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None: ...
-    def items(
-        self, plural: str, namespace: str, selector: str | None = None
-    ) -> Iterator[dict[str, Any]]: ...
     def of_agent(self, plural: str, namespace: str, agent: str) -> list[dict[str, Any]]: ...
     def in_namespace(self, plural: str, namespace: str) -> list[dict[str, Any]]: ...
     def children(self, namespace: str, parent: str) -> list[str]: ...
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None: ...
     def patch_status(
         self,
         plural: str,
@@ -81,7 +68,14 @@ class Repository(Protocol):
         self, namespace: str, name: str, *, confirm: bool = False
     ) -> dict[str, Any] | None: ...
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]: ...
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def delete_pod(
+        self, namespace: str, name: str, uid: str, version: str | None = None
+    ) -> None: ...
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]: ...
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
@@ -159,6 +153,12 @@ class Storage:
             if (w.get("spec") or {}).get("parent") == parent
         )
 
+    def workload_of(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """Kueue's Workload for a queued run's pod, as the watch last saw it: the reason its
+        pod waits, for the Worker's status. From the store only (its watch runs where Kueue's
+        CRD exists), never a read on the pass's path; None without one."""
+        return self.store.workload_of(namespace, pod) if self.store is not None else None
+
     def patch_status(
         self,
         plural: str,
@@ -215,7 +215,7 @@ class Storage:
             "metadata": {
                 "name": name,
                 "labels": {AGENT_LABEL: spec.agent},
-                "ownerReferences": [ref(config)],
+                "ownerReferences": [owner_reference(config)],
                 **({"annotations": {APPLIED_BY_ANNOTATION: applied_by}} if applied_by else {}),
             },
             "spec": spec.wire(),
@@ -322,11 +322,38 @@ class Storage:
             raise Conflict(f"a pod named {name} exists and is not this worker's")
         return existing
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """Delete the pod of this uid now; gone already, or another pod by now: nothing to do."""
+    def delete_pod(self, namespace: str, name: str, uid: str, version: str | None = None) -> None:
+        """Delete the pod of this uid now; gone already, or another pod by now: nothing to do.
+        With `version`, only that version of it (a warm pod a run has not claimed since)."""
+        preconditions = {"uid": uid, **({"resourceVersion": version} if version else {})}
         self._delete(
-            "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+            "pods", namespace, name, {"gracePeriodSeconds": 0, "preconditions": preconditions}
         )
+
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        """Lower the pod's activeDeadlineSeconds (the API server lets it only go down); gone
+        already, or another pod by now (its uid differs: refused): nothing to do."""
+        patch = {"metadata": {"uid": uid}, "spec": {"activeDeadlineSeconds": seconds}}
+        try:
+            found = self.api.patch("pods", namespace, name, patch)
+        except ApiError as e:
+            if e.status in (404, 409, 422):
+                return
+            raise
+        self._remember("pods", found)
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        """The pods whose `label` is `value`, from the store's index once it has one."""
+        if self.store is not None:
+            return self.store.pods_labelled(namespace, label, value)
+        return list(self.items("pods", namespace, f"{label}={value}"))
+
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A merge patch (a `metadata.resourceVersion` in it is a precondition: 409)."""
+        found = self.api.patch(plural, namespace, name, dict(patch))
+        return self._remember(plural, found) if plural in TRIM else found
 
     # --- a worker runtime's own account ------------------------------------
 

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import RUNTIME_STATUS
 
 Body = dict[str, Any]
@@ -84,6 +85,28 @@ def _pod(body: Mapping[str, Any]) -> Body:
         elif ended := state.get("terminated"):
             end = {k: ended[k] for k in ("exitCode", "reason") if k in ended}
             kept["containerStatuses"] = [{"name": c.get("name"), "state": {"terminated": end}}]
+    trimmed = {**_envelope(body), "status": kept}
+    # Of its spec only its scheduling gates' names: Kueue's says the run is still queued.
+    gates = [{"name": g.get("name")} for g in (body.get("spec") or {}).get("schedulingGates") or []]
+    if gates:
+        trimmed["spec"] = {"schedulingGates": gates}
+    return trimmed
+
+
+# Of a Kueue Workload, the conditions that say whether and why its pod waits.
+_WORKLOAD_CONDITIONS = frozenset({"QuotaReserved", "Admitted"})
+
+
+def _workload(body: Mapping[str, Any]) -> Body:
+    status = body.get("status") or {}
+    conditions = [
+        {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+        for c in status.get("conditions") or []
+        if c.get("type") in _WORKLOAD_CONDITIONS
+    ]
+    kept: Body = {"conditions": conditions}
+    if cluster_queue := (status.get("admission") or {}).get("clusterQueue"):
+        kept["admission"] = {"clusterQueue": cluster_queue}
     return {**_envelope(body), "status": kept}
 
 
@@ -107,6 +130,8 @@ TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
     "virtualagentprofiles": _whole,
     "modelproviders": _whole,
     "tokenquotas": _whole,
+    # Kueue's, for the pods of queued runs (watched only where Kueue's CRD exists).
+    "workloads": _workload,
 }
 
 
@@ -131,6 +156,11 @@ def _digest(trimmed: Body) -> int:
     return hash(json.dumps({**trimmed, "metadata": meta}, sort_keys=True, default=str))
 
 
+# Pod labels indexed by value: a run's pod by its Worker (a claimed warm pod's name is not
+# the Worker's), an agent's warm pods, and those of them runs claimed.
+INDEXED_POD_LABELS = (WORKER_LABEL, POOL_LABEL, CLAIMED_LABEL)
+
+
 def _agent(plural: str, body: Mapping[str, Any]) -> str | None:
     spec = body.get("spec") or {}
     if plural == "agentconfigs":
@@ -152,6 +182,10 @@ class Store:
         self._by_agent: defaultdict[tuple[str, str, str], set[str]] = defaultdict(set)
         # (namespace, parent) -> the Workers whose spec.parent it is.
         self._children: defaultdict[Key, set[str]] = defaultdict(set)
+        # (namespace, pod) -> the Workloads Kueue made for that pod.
+        self._workloads: defaultdict[Key, set[str]] = defaultdict(set)
+        # (label, namespace, value) -> the pods that carry it (INDEXED_POD_LABELS).
+        self._pods_by: defaultdict[tuple[str, str, str], set[str]] = defaultdict(set)
         # For the judged kinds, by (plural, namespace, name): a digest of what the watch
         # last delivered, the versions passes read or wrote until their events arrive,
         # and the news of the last event until its handler takes it (`news`).
@@ -227,6 +261,13 @@ class Store:
             self._by_agent[(plural, namespace, agent)].add(name)
         if plural == "workers" and (parent := body["spec"].get("parent")):
             self._children[(namespace, parent)].add(name)
+        for pod in _pods_owning(plural, body):
+            self._workloads[(namespace, pod)].add(name)
+        if plural == "pods":
+            labels = body["metadata"].get("labels") or {}
+            for label in INDEXED_POD_LABELS:
+                if value := labels.get(label):
+                    self._pods_by[(label, namespace, value)].add(name)
 
     def _unindex(self, plural: str, body: Body) -> None:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
@@ -240,6 +281,19 @@ class Store:
             children.discard(name)
             if not children:
                 del self._children[(namespace, parent)]
+        for pod in _pods_owning(plural, body):
+            workloads = self._workloads[(namespace, pod)]
+            workloads.discard(name)
+            if not workloads:
+                del self._workloads[(namespace, pod)]
+        if plural == "pods":
+            labels = body["metadata"].get("labels") or {}
+            for label in INDEXED_POD_LABELS:
+                if value := labels.get(label):
+                    pods = self._pods_by[(label, namespace, value)]
+                    pods.discard(name)
+                    if not pods:
+                        del self._pods_by[(label, namespace, value)]
 
     # --- reading ---------------------------------------------------------------------
 
@@ -256,9 +310,24 @@ class Store:
             found = [self._objects[plural][(namespace, n)] for n in names]
         return [_copy(b) for b in found]
 
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[Body]:
+        """The pods whose `label` (one of INDEXED_POD_LABELS) is `value`."""
+        with self._lock:
+            names = sorted(self._pods_by.get((label, namespace, value), ()))
+            found = [self._objects["pods"][(namespace, n)] for n in names]
+        return [_copy(b) for b in found]
+
     def children(self, namespace: str, parent: str) -> list[str]:
         with self._lock:
             return sorted(self._children.get((namespace, parent), ()))
+
+    def workload_of(self, namespace: str, pod: str) -> Body | None:
+        """The Kueue Workload of a pod (the newest, were there more than one), or None."""
+        with self._lock:
+            names = sorted(self._workloads.get((namespace, pod), ()))
+            found = [self._objects["workloads"][(namespace, n)] for n in names]
+        found.sort(key=lambda b: b["metadata"].get("creationTimestamp") or "")
+        return _copy(found[-1]) if found else None
 
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
         """Every object of a kind in one namespace (a scan: for the few kinds and the rare
@@ -276,6 +345,14 @@ class Store:
         """How many objects of a kind the store holds (the `agentworkers_store_objects` gauge)."""
         with self._lock:
             return len(self._objects[plural])
+
+
+def _pods_owning(plural: str, body: Body) -> list[str]:
+    """The pods a Workload belongs to (Kueue's pod integration makes one per pod)."""
+    if plural != "workloads":
+        return []
+    owners = body["metadata"].get("ownerReferences") or []
+    return [o["name"] for o in owners if o.get("kind") == "Pod" and o.get("name")]
 
 
 def _copy(value: Any) -> Any:

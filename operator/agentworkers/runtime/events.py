@@ -8,7 +8,6 @@ keeps the latest events for ``recent`` (what inspect and the status ring read).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import queue
@@ -18,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TextIO
+
+from agentworkers.core.clocks import now
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +35,6 @@ class EventKind(StrEnum):
     STATUS_CHANGE = "status_change"
     NOTICE = "notice"  # something the user should know that is not a step: a skill missing
     MCP_SERVER = "mcp_server"
-
-
-def rfc3339_now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -134,7 +131,7 @@ class EventBus:
         """
         with self._lock:
             self._index += 1
-            event = Event(self.worker_id, self._index, rfc3339_now(), kind, payload)
+            event = Event(self.worker_id, self._index, now(digits=3), kind, payload)
             self._ring.append(event)
             for q, limit in self._subscribers:
                 # Only this method adds to the queue, under this lock, and consumers only

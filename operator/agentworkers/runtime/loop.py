@@ -40,6 +40,7 @@ from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.models import Message, ModelClient, ModelError, Params, Reply, ToolSpec
 from agentworkers.runtime.skills import SKILL_FILE, Skill
 from agentworkers.runtime.tools import Toolbox
+from agentworkers.runtime.tracing import RunSpans
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,8 @@ class AgentLoop:
         self._completion_tokens = 0
         self._estimated_tokens = 0
         self.on_usage: Callable[[int, int], None] | None = None  # (prompt, completion) so far
+        self.spans = RunSpans()  # the run's spans (runtime.tracing); none by default
+        self._turns = 0
         self._output = ""
         self._status = ""
         self._turn_lock = threading.Lock()  # one turn at a time, whoever calls
@@ -229,8 +232,10 @@ class AgentLoop:
         with self._turn_lock:
             self._check_open()
             self._report(RUNNING)
+            self._turns += 1
             try:
-                text = self._converse(message)
+                with self.spans.turn(self._turns - 1):
+                    text = self._converse(message)
             except LoopClosed:
                 raise
             except Exception as e:
@@ -287,11 +292,13 @@ class AgentLoop:
                         "args": call.arguments if call.error is None else call.raw_arguments,
                     },
                 )
-                result = (
-                    {"error": f"{call.name} was not run: {call.error}"}
-                    if call.error is not None
-                    else self._toolbox.call(call.name, call.arguments).payload()
-                )
+                with self.spans.tool_call(call) as seen:
+                    result = (
+                        {"error": f"{call.name} was not run: {call.error}"}
+                        if call.error is not None
+                        else self._toolbox.call(call.name, call.arguments).payload()
+                    )
+                    seen(result)
                 self._bus.publish(
                     EventKind.TOOL_RESULT, {"name": call.name, "id": call.id, **result}
                 )
@@ -306,7 +313,9 @@ class AgentLoop:
         if budget > 0 and self.tokens >= budget:
             raise TokenBudgetExceeded(f"token_budget ({budget}) spent: {self.tokens} tokens")
         self._steps += 1
-        reply = self._model.complete(list(self._messages), tools, self._params)
+        with self.spans.model_call(self._params) as seen:
+            reply = self._model.complete(list(self._messages), tools, self._params)
+            seen(reply)
         self._prompt_tokens += reply.prompt_tokens
         self._completion_tokens += reply.completion_tokens
         if reply.usage_estimated:

@@ -16,13 +16,16 @@ Every event is also one JSON line on stdout, so `kubectl logs` shows the run.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import logging
 import os
+import select
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,9 +34,16 @@ from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus, reason
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import Client
-from agentworkers.core.conditions import now
+from agentworkers.core.clocks import now
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
+from agentworkers.core.pools import (
+    CLAIM_FILE_ENV,
+    WARM_PROVIDER_ENV,
+    WARM_REVISION_ENV,
+    Claim,
+    check_claim,
+)
 from agentworkers.core.spawning import verify_run_start
 from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
@@ -43,9 +53,11 @@ from agentworkers.runtime.inputs import read as read_inputs
 from agentworkers.runtime.inputs import take as take_inputs
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
-from agentworkers.runtime.providers import client_for
+from agentworkers.runtime.providers import client_for, preload
 from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
+from agentworkers.runtime.tracing import RunSpans
+from agentworkers.runtime.tracing import start as start_spans
 
 log = logging.getLogger("agentworkers.runtime")
 T = TypeVar("T")
@@ -66,10 +78,12 @@ class Reporter:
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.sent_index = 0
+        self.on_report: Callable[[dict[str, Any]], None] = lambda _: None  # the run span's
         self.thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
         self.thread.start()
 
     def report(self, **fields: Any) -> None:
+        self.on_report(fields)
         with self.lock:
             self.pending.update(fields)
         self.wake.set()
@@ -112,11 +126,17 @@ class Reporter:
 
 
 GRANT_WAIT = 15.0  # seconds: the operator grants access right after the pod or a child's binding
+# Seconds between reads of a warm pod's claim file when nothing signalled a change (a
+# change to its directory wakes the runtime at once: `wait_for_claim`).
+CLAIM_POLL = 1.0
+# inotify: IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE.
+IN_CHANGES = 0x008 | 0x080 | 0x100
 
 
-def _once_granted(call: Callable[[], T]) -> T:
+def _once_granted(call: Callable[[], T], pause: float = 0.2) -> T:
     """Retry a call refused with 403 for a short while: the runtime's access arrives just
-    after its pod is made, a child's once the operator has bound it (within moments)."""
+    after its pod is made (a warm pod's just after its claim), a child's once the operator
+    has bound it (within moments)."""
     deadline = time.monotonic() + GRANT_WAIT
     while True:
         try:
@@ -124,14 +144,17 @@ def _once_granted(call: Callable[[], T]) -> T:
         except ApiError as e:
             if e.status != 403 or time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)
+            time.sleep(pause)
 
 
 class KubeWorkerOps:
     """The planner tools' view of the cluster: children of this worker, of its agent."""
 
-    def __init__(self, client: Client, me: str, agent: str, sandbox: Sandbox) -> None:
+    def __init__(
+        self, client: Client, me: str, agent: str, sandbox: Sandbox, spans: RunSpans
+    ) -> None:
         self.client, self.me, self.agent, self.sandbox = client, me, agent, sandbox
+        self.spans = spans
 
     def spawn(
         self, name: str, message: str, profile: str | None, inputs: list[str], description: str
@@ -143,6 +166,8 @@ class KubeWorkerOps:
             profile=profile,
             initial_message=message,
             inputs=read_inputs(self.sandbox, inputs),
+            # The spawn_worker span this runs in: the child's run goes below it.
+            traceparent=self.spans.traceparent(),
         )
         created = self.client.spawn(name, spec)
         return {
@@ -220,24 +245,86 @@ def _interruptible(call: Callable[[], T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
-def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
+def wait_for_claim(path: Path) -> Claim:
+    """A warm pod's wait: until the operator gives the pod to a run, whose claim the pod's
+    downward-API file then holds (empty until then, as a kubelet writes an absent
+    annotation). The file is read again whenever its directory changes (a kubelet, like
+    the local pod runner, swaps the new content in with a rename), and each CLAIM_POLL
+    seconds in case a change went unnoticed."""
+    with _changes(path.parent) as changed:
+        while True:
+            with contextlib.suppress(FileNotFoundError):
+                text = path.read_text().strip()
+                if text:
+                    return Claim.model_validate_json(text)
+            changed(CLAIM_POLL)
+
+
+@contextlib.contextmanager
+def _changes(directory: Path) -> Iterator[Callable[[float], None]]:
+    """A wait for a change in `directory` (Linux inotify: a file created, written or
+    renamed into it), at most `timeout` seconds; a plain sleep where inotify is missing."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK) if hasattr(libc, "inotify_init1") else -1
+    if fd < 0 or libc.inotify_add_watch(fd, bytes(directory), IN_CHANGES) < 0:
+        if fd >= 0:
+            os.close(fd)
+        yield time.sleep
+        return
+
+    def wait(timeout: float) -> None:
+        if select.select([fd], [], [], timeout)[0]:
+            with contextlib.suppress(BlockingIOError):
+                os.read(fd, 65536)
+
+    try:
+        yield wait
+    finally:
+        os.close(fd)
+
+
+def warm(namespace: str, sandbox: str, kubeconfig: str | None) -> int:
+    """A warm pod's runtime: imported and connected ahead of any run, it waits for its
+    claim and then runs the run it names exactly as a cold pod runs its own, after
+    checking the claim fits this pod (`core.pools.check_claim`)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    api = kube.Api(kube.connect(kubeconfig).api)
+    preload(os.environ.get(WARM_PROVIDER_ENV, ""))
+    claim = wait_for_claim(Path(os.environ[CLAIM_FILE_ENV]))
+    config = EffectiveConfig.model_validate_json(claim.effective)
+    return run(claim.worker, namespace, sandbox, kubeconfig, config, api, claim)
+
+
+def run(
+    name: str,
+    namespace: str,
+    sandbox: str,
+    kubeconfig: str | None,
+    config: EffectiveConfig,
+    api: kube.Api | None = None,
+    claim: Claim | None = None,
+) -> int:
     # SIGTERM (the pod is going away) ends the process from here on, whatever it is doing;
     # the `finally` clauses still close the loop and flush the last report. A container's
     # pid 1 with no handler would ignore it, to be killed only at the grace period's end.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    api = kube.Api(kube.connect(kubeconfig).api)
+    api = api or kube.Api(kube.connect(kubeconfig).api)
     storage = Storage(api)
-    # The operator grants the runtime its Role right after creating the pod.
-    body = _once_granted(lambda: storage.get("workers", namespace, name))
+    # The operator grants the runtime its Role right after creating the pod (claiming it).
+    pause = 0.005 if claim is not None else 0.2
+    body = _once_granted(lambda: storage.get("workers", namespace, name), pause)
     if body is None:
         log.error("worker %s/%s not found", namespace, name)
         return 1
     bus = EventBus(name)
     sink = JsonLinesSink(bus, sys.stdout)
     reporter = Reporter(storage, namespace, name, bus)
-    config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
     spec = WorkerSpec.model_validate(body["spec"])
+    spans = start_spans(config.tracing, body, config.provider, config.model)
+    reporter.on_report = spans.observe
     try:
+        if claim is not None:
+            check_claim(claim, os.environ.get(WARM_REVISION_ENV, ""), body)
         verify_pin(storage, body)
         # Before the first step: the inputs, checked against their digests.
         inputs_note = take_inputs(sandbox, spec.inputs, config.input_disposition)
@@ -247,12 +334,15 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
             error=f"{error.reason}: {error}",
             lastEvent=f"{error.reason} at run start",
         )
+        close_spans(spans, bus)
         reporter.close()
         sink.close()
         return 1
     tools = [
         *Sandbox(sandbox).tools(),
-        *planner_tools(KubeWorkerOps(Client(api, namespace), name, spec.agent, Sandbox(sandbox))),
+        *planner_tools(
+            KubeWorkerOps(Client(api, namespace), name, spec.agent, Sandbox(sandbox), spans)
+        ),
     ]
     servers = McpServers(config.mcp_servers)
     toolbox = Toolbox.for_config(config, tools, servers.tools)
@@ -277,12 +367,24 @@ def run(name: str, namespace: str, sandbox: str, kubeconfig: str | None) -> int:
             inputs_note,
             bus,
             reporter,
+            spans,
         )
     finally:
         servers.close()
+        close_spans(spans, bus)
         reporter.close()
         sink.close()
         api.client.close()
+
+
+def close_spans(spans: RunSpans, bus: EventBus) -> None:
+    """End the run span and send the spans left; a notice says how many were dropped."""
+    dropped = spans.close()
+    if dropped:
+        bus.publish(
+            EventKind.NOTICE,
+            {"text": f"tracing: {dropped} spans did not reach the collector", "dropped": dropped},
+        )
 
 
 def connect_mcp(servers: McpServers, toolbox: Toolbox, bus: EventBus, reporter: Reporter) -> bool:
@@ -329,6 +431,7 @@ def _run_loop(
     inputs_note: str,
     bus: EventBus,
     reporter: Reporter,
+    spans: RunSpans,
 ) -> int:
     """The agent loop, its status reports, and the queries, until the run ends."""
     finished = threading.Event()
@@ -354,6 +457,7 @@ def _run_loop(
         skills,
     )
     # The operator sums every run's usage into its tree's (AgentConfig spec.tree.tokenBudget).
+    loop.spans = spans
     loop.on_usage = lambda prompt, completion: reporter.report(
         tokensUsed={
             "prompt": prompt,
@@ -402,6 +506,7 @@ def _serve(
                     continue
                 current = WorkerSpec.model_validate(body["spec"])
                 if current.kill is not None:
+                    loop.spans.killed(current.kill.reason)
                     return 0  # the operator records the kill and removes the pod
                 for query in current.queries[delivered:]:
                     loop.send(query)
@@ -425,12 +530,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", default=os.environ.get("AGENTWORKERS_NAMESPACE"))
     parser.add_argument("--sandbox", default=os.environ.get("AGENTWORKERS_SANDBOX", os.getcwd()))
     parser.add_argument("--kubeconfig")
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="a warm pod's runtime: wait for the run the operator gives the pod "
+        f"(its claim, in the file ${CLAIM_FILE_ENV})",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.warm:
+        if not args.namespace or CLAIM_FILE_ENV not in os.environ:
+            parser.error(f"--warm needs --namespace and {CLAIM_FILE_ENV}")
+        try:
+            return warm(args.namespace, args.sandbox, args.kubeconfig)
+        except AgentWorkersError as e:
+            log.error("%s: %s", e.reason, e)
+            return 1
     if not args.worker or not args.namespace:
         parser.error(
             "--worker and --namespace (or AGENTWORKERS_WORKER, AGENTWORKERS_NAMESPACE) are required"
@@ -440,8 +559,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{EFFECTIVE_CONFIG_ENV} is not set: `agentworkers run` is the command of a "
             "worker's pod, which the operator makes with it"
         )
+    config = EffectiveConfig.model_validate_json(os.environ[EFFECTIVE_CONFIG_ENV])
     try:
-        return run(args.worker, args.namespace, args.sandbox, args.kubeconfig)
+        return run(args.worker, args.namespace, args.sandbox, args.kubeconfig, config)
     except AgentWorkersError as e:
         log.error("%s: %s", e.reason, e)
         return 1

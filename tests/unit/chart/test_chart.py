@@ -26,14 +26,14 @@ from tests.unit.chart.helm import (
     VALUE_SETS,
     find,
     helm,
-    helm_or_skip,
     one,
     render,
+    require_helm,
     value_args,
 )
 
 # A cold helm build takes minutes on two cores; later runs find it cached.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 FULLNAME = "agentworkers"
 NAMESPACE = "agentworkers-system"
@@ -42,7 +42,7 @@ RBAC_KINDS = ("Role", "ClusterRole")
 
 @pytest.fixture(scope="module", autouse=True)
 def _helm() -> None:
-    helm_or_skip()
+    require_helm()
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +224,8 @@ OPERATOR_NEEDS = [
     ("agentworkers.io", "workers/finalizers", "update"),
     ("agentworkers.io", "agentconfigs/finalizers", "update"),
     ("agentworkers.io", "agentconfigrevisions", "get list watch create delete"),
-    ("", "pods", "get list watch create delete"),
+    ("", "pods", "get list watch create delete patch"),
+    ("kueue.x-k8s.io", "workloads", "get list watch"),
     ("", "events", "create patch"),
     ("events.k8s.io", "events", "create patch"),
     ("", "serviceaccounts", "get create delete"),
@@ -237,11 +238,6 @@ OPERATOR_CLUSTER_NEEDS = [
     (
         "admissionregistration.k8s.io",
         "validatingwebhookconfigurations",
-        "get list watch create patch",
-    ),
-    (
-        "admissionregistration.k8s.io",
-        "mutatingwebhookconfigurations",
         "get list watch create patch",
     ),
 ]
@@ -588,6 +584,23 @@ def test_metrics_service_and_service_monitor(rendered: dict[str, list[dict[str, 
         not monitor["spec"]["selector"]["matchLabels"].items()
         <= webhook["metadata"]["labels"].items()
     )
+
+
+def test_the_operator_traces_to_the_collector_the_values_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert not any(a.startswith("--otlp-endpoint") for a in args_of(render()))  # off by default
+    sets = {"tracing.endpoint": "http://otel.observability:4318", "tracing.sampleRatio": "0.25"}
+    args = args_of(render(sets=sets))
+    seen: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "_operator", lambda parsed: seen.append(parsed) or 0)
+    assert cli.main(args) == 0
+    assert (seen[0].otlp_endpoint, seen[0].trace_sample_ratio) == (
+        "http://otel.observability:4318",
+        0.25,
+    )
+    refused = helm("template", "x", str(CHART), "--set", "tracing.endpoint=otel:4318", check=False)
+    assert refused.returncode != 0 and "/tracing/endpoint" in refused.stderr
 
 
 def test_dashboard_config_map_carries_the_dashboard(

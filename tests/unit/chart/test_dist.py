@@ -13,16 +13,13 @@ import pytest
 import yaml
 
 from agentworkers import __version__
-from tests.unit.chart.helm import REPO, HelmUnavailable, helm_binary
+from tests.unit.chart.helm import REPO, require_helm
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_make_dist_builds_the_wheel_the_sdist_and_the_chart(tmp_path: Path) -> None:
-    try:
-        helm_binary()
-    except HelmUnavailable as e:
-        pytest.skip(str(e))
+    require_helm()
     made = subprocess.run(
         [sys.executable, str(REPO / "hack" / "dist.py"), "--out", str(tmp_path)],
         capture_output=True,

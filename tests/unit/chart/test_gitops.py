@@ -302,7 +302,7 @@ def test_the_examples_validate_against_the_models() -> None:
 
 def test_every_example_validates_against_its_model() -> None:
     """examples/*.yaml: each object parses with the model of its kind (the CRDs' source)."""
-    from agentworkers.api import RESOURCES  # noqa: PLC0415
+    from agentworkers.api.crds import RESOURCES  # noqa: PLC0415
 
     specs = {r.kind: r.spec for r in RESOURCES}
     seen = set()

@@ -194,6 +194,14 @@ def test_a_spawn_tree_is_drawn_like_kubectl_tree() -> None:
     assert spawn_tree(workers, "nobody") is None
 
 
+def test_a_tree_names_its_trace() -> None:
+    found = spawn_tree([_info("lead"), _info("kid", "lead")], "lead")
+    assert found is not None
+    traced = dataclasses.replace(found, trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+    assert tree_text(traced).endswith("\nTrace ID: 4bf92f3577b34da6a3ce929d0e0e4736\n")
+    assert "Trace ID" not in tree_text(found)  # nothing to name (a forest, say)
+
+
 def test_a_parent_loop_does_not_draw_forever() -> None:
     workers = [_info("a", "b"), _info("b", "a")]
     found = spawn_tree(workers, "a")

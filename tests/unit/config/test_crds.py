@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from agentworkers.api import RESOURCES, crdgen
+from agentworkers.api import crdgen
+from agentworkers.api.crds import RESOURCES
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 

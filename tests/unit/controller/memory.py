@@ -1,23 +1,25 @@
 """An in-memory `Repository`: the API server as the controller sees it, for table tests.
 
 It keeps resource versions and refuses a stale precondition with a 409, as the API server
-does; it records every write and Event, so a test asserts what a user would see.
+does and as `Storage` reports it (an `ApiError`, which `Requeue` retries); it records
+every write and Event, so a test asserts what a user would see.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.names import APPLIED_BY_ANNOTATION
 from agentworkers.core.pods import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
+from agentworkers.errors import ApiError
+from agentworkers.kube.api import refusal
 from agentworkers.kube.repository import Conflict
 
 Body = dict[str, Any]
@@ -71,6 +73,16 @@ class Memory:
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
         return list(self.items(plural, namespace))
 
+    def workload_of(self, namespace: str, pod: str) -> Body | None:
+        return next(
+            (
+                b
+                for b in self.items("workloads", namespace)
+                if pod in {o.get("name") for o in b["metadata"].get("ownerReferences") or []}
+            ),
+            None,
+        )
+
     def children(self, namespace: str, parent: str) -> list[str]:
         return sorted(
             b["metadata"]["name"]
@@ -89,7 +101,7 @@ class Memory:
         body = self.objects.get((plural, namespace, name))
         if body is None:
             return None
-        self._precondition(body, resource_version)
+        self._precondition(plural, body, resource_version)
         merged = {**(body.get("status") or {}), **copy.deepcopy(dict(status))}
         for key, value in status.items():  # a merge patch's null removes a map's key
             if isinstance(value, dict) and None in value.values():
@@ -146,7 +158,7 @@ class Memory:
     ) -> str:
         meta = body["metadata"]
         kept = self.objects[(plural, meta["namespace"], meta["name"])]
-        self._precondition(kept, meta["resourceVersion"])
+        self._precondition(plural, kept, meta["resourceVersion"])
         kept_meta = kept["metadata"]
         kept_meta["annotations"] = {**(kept_meta.get("annotations") or {}), **annotations}
         kept_meta["labels"] = {**(kept_meta.get("labels") or {}), **labels}
@@ -167,11 +179,43 @@ class Memory:
         self.writes.append(("POST", "pods", meta["name"]))
         return self.put("pods", pod)
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    def delete_pod(self, namespace: str, name: str, uid: str, version: str | None = None) -> None:
         pod = self.objects.get(("pods", namespace, name))
         if pod is not None and pod["metadata"]["uid"] == uid:
+            if version and version != pod["metadata"]["resourceVersion"]:
+                return  # as the API server's 409, which Storage takes for done
             del self.objects[("pods", namespace, name)]
             self.writes.append(("DELETE", "pods", name))
+
+    def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None:
+        pod = self.objects.get(("pods", namespace, name))
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            assert seconds <= pod["spec"].get("activeDeadlineSeconds", seconds)  # the API's rule
+            pod["spec"]["activeDeadlineSeconds"] = seconds
+            self.writes.append(("PATCH", "pods", name))
+
+    def pods_labelled(self, namespace: str, label: str, value: str) -> list[Body]:
+        return [
+            b
+            for b in self.items("pods", namespace)
+            if (b["metadata"].get("labels") or {}).get(label) == value
+        ]
+
+    def patch_object(
+        self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> Body:
+        # Accounts are kept by their kind, as ensure_access keeps them.
+        kind = {"serviceaccounts": "ServiceAccount"}.get(plural, plural)
+        kept = self.objects.get((kind, namespace, name))
+        if kept is None:
+            raise ApiError("not found", 404)
+        version = (patch.get("metadata") or {}).get("resourceVersion")
+        if version and version != kept["metadata"]["resourceVersion"]:
+            raise ApiError("the object has been modified", 409)
+        _merge(kept, patch)
+        self.writes.append(("PATCH", plural, name))
+        self._bump(kept)
+        return copy.deepcopy(kept)
 
     def delete_worker(self, namespace: str, name: str, uid: str) -> None:
         worker = self.objects.get(("workers", namespace, name))
@@ -202,10 +246,30 @@ class Memory:
 
     # --- what the API server does -------------------------------------------------
 
-    def _precondition(self, body: Body, version: str | None) -> None:
+    def _precondition(self, plural: str, body: Body, version: str | None) -> None:
         if version and version != body["metadata"]["resourceVersion"]:
-            raise ApiException(status=409, reason="Conflict")
+            name = body["metadata"]["name"]
+            status = {
+                "kind": "Status",
+                "status": "Failure",
+                "reason": "Conflict",
+                "code": 409,
+                "message": f'Operation cannot be fulfilled on {plural} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+            }
+            raise refusal(409, "Conflict", json.dumps(status))
 
     def _bump(self, body: Body) -> str:
         body["metadata"]["resourceVersion"] = str(next(self._versions))
         return str(body["metadata"]["resourceVersion"])
+
+
+def _merge(into: Body, patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch (RFC 7386), as the API server applies one."""
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)

@@ -15,6 +15,10 @@ from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import admission, webhooks
 from agentworkers.controller.admission_server import answer
 from agentworkers.core.inputs import encode
+from agentworkers.errors import ApiError
+from agentworkers.kube.api import Api
+from agentworkers.kube.repository import Storage
+from agentworkers.kube.store import TRIM, Store
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import (
     CONFIG,
@@ -296,3 +300,49 @@ def test_no_review_is_answered_before_the_store_has_listed_everything() -> None:
     assert "has not read every object yet" in refused["status"]["message"]
     synced.set()
     assert answer(request, answering, "worker")["allowed"] is True
+
+
+class _CountedApi(Api):
+    """An API server with nothing the store lacks, counting what is asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__(client=None)  # type: ignore[arg-type]
+        self.requests: list[tuple[str, str]] = []
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.requests.append((method, url))
+        raise ApiError("404 Not Found", 404)
+
+
+def test_admission_answers_from_the_store_with_no_api_read() -> None:
+    """docs/architecture.md: admission reads the store. The operator's Storage over a store
+    holding the scene: every kind of review is answered with no request to the API server
+    (a LIST per review of a profile or an AgentConfig, as there was, grows with the
+    namespace and loads the API server with each write)."""
+    memory = scene()
+    store = Store()
+    for (plural, _, _), body in memory.objects.items():
+        if plural in TRIM:
+            store.observed(plural, body)
+    api = _CountedApi()
+    answering = webhooks.checks(Storage(api, store), OPERATOR)
+    config = memory.find("agentconfigs", "planner")
+    assert config is not None
+    config["spec"]["instructions"] = "plan, then delegate"
+    profile = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "VirtualAgentProfile",
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": _profile("fresh"),
+    }
+    spawn = worker("w", parent="parent", profile="researcher", inputs=_inputs("a.md"))
+    spawn["metadata"]["namespace"] = "ns"
+    reviews = {
+        "agentconfig": config,
+        "virtualagentprofile": profile,
+        "worker": spawn,
+    }
+    for check, body in reviews.items():
+        request = {"uid": check, "object": body, "userInfo": {"username": USER}}
+        assert answer(request, answering, check)["allowed"] is True, check
+    assert api.requests == []

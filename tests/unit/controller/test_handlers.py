@@ -1,4 +1,5 @@
-"""The Worker and pod event handlers: which events take a pass (the store judges news)."""
+"""The event handlers: which events take a pass (the store judges news), and that every
+kind goes past kopf's own handling."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ class Queue:
 
 def _memo() -> kopf.Memo:
     memo = kopf.Memo()
-    memo.store = Store(judged=frozenset({"workers", "pods"}))
+    memo.store = Store(judged=frozenset({"workers", "pods", "agentconfigs"}))
     memo.workers = Queue()
+    memo.configs = Queue()
     memo.shards = Everything()
     return memo
 
@@ -107,7 +109,8 @@ def test_a_lean_kind_has_no_handler_of_kopf_s_but_its_two() -> None:
         )
         for handler in sub.get_all_handlers()
     ]
-    assert kopf_fixes._LEAN.keys() == {("agentworkers.io", "workers"), ("", "pods")}
+    # Every kind: none goes through kopf's change handling, which writes on the objects.
+    assert {plural for _, plural in kopf_fixes._LEAN} == set(startup.TRIM)
     for (group, plural), (index, event) in kopf_fixes._LEAN.items():
         mine = [
             (kind, h)
@@ -130,13 +133,62 @@ def test_an_admission_only_store_is_fed_past_kopf_s_machinery() -> None:
         default = kopf.get_default_registry()
         kopf.set_default_registry(registry)
         try:
-            startup.register_store(lean=True)
+            startup.register_store()
         finally:
             kopf.set_default_registry(default)
         lean = dict(kopf_fixes._LEAN)
     plurals = {plural for _, plural in lean}
-    assert plurals == set(startup.TRIM)  # every kind the store keeps
+    # Every kind the store keeps, but Kueue's Workloads: only the controller reads them.
+    assert plurals == set(startup.TRIM) - {"workloads"}
     events = {h.selector.any_name: h.fn for h in registry._watching.get_all_handlers()}
     indexes = {h.selector.any_name: h.fn for h in registry._indexing.get_all_handlers()}
     for (_, plural), (index, event) in lean.items():
         assert index is indexes[plural] and event is events[plural]
+
+
+def _config(version: str, **spec: Any) -> dict[str, Any]:
+    meta = {"name": "planner", "namespace": "ns", "uid": "u", "resourceVersion": version}
+    return {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "AgentConfig",
+        "metadata": meta,
+        "spec": {"model": {"provider": "scripted"}, **spec},
+    }
+
+
+def _config_event(memo: kopf.Memo, type_: str | None, body: dict[str, Any]) -> list[Any]:
+    memo.configs.attempts.clear()
+    if type_ != "DELETED":
+        memo.store.observed("agentconfigs", body)
+    asyncio.run(handlers.agent_config_event(type=type_, body=kopf.Body(body), memo=memo))
+    return list(memo.configs.attempts)
+
+
+def test_an_agent_config_takes_a_pass_when_an_event_is_news() -> None:
+    memo = _memo()
+    assert _config_event(memo, None, _config("1")) == [("ns", "planner")]  # the start
+    assert _config_event(memo, "MODIFIED", _config("2", instructions="x")) == [("ns", "planner")]
+    memo.store.wrote("agentconfigs", {**_config("3", instructions="x"), "status": {"a": 1}})
+    assert _config_event(memo, "MODIFIED", _config("3", instructions="x")) == []  # its echo
+    assert _config_event(memo, "DELETED", _config("3")) == [("ns", "planner")]
+    assert memo.store.get("agentconfigs", "ns", "planner") is None
+
+
+def test_a_profile_event_takes_a_pass_for_its_agent_but_in_the_listing() -> None:
+    memo = _memo()
+    body = {
+        "apiVersion": "agentworkers.io/v1alpha1",
+        "kind": "VirtualAgentProfile",
+        "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"agent": "planner", "key": "k"},
+    }
+    for type_, attempts in (
+        (None, []),
+        ("ADDED", [("ns", "planner")]),
+        ("DELETED", [("ns", "planner")]),
+    ):
+        memo.configs.attempts.clear()
+        memo.store.observed("virtualagentprofiles", body)
+        asyncio.run(handlers.profile_event(type=type_, body=kopf.Body(body), memo=memo))
+        assert memo.configs.attempts == attempts, type_
+    assert memo.store.get("virtualagentprofiles", "ns", "p") is None

@@ -1,26 +1,34 @@
 """kopf's fixes: the namespace observer serves a namespace seen only in the watch-stream's
 own listing (an event of type None) like one seen being added; webhooks match only the
 served namespaces; an event's body and patch are no reference cycles; a watcher stopped
-before it listed its kind holds no handler back."""
+before it listed its kind holds no handler back; a kopf that moved a point they patch
+stops the operator at its start."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
+import sys
+import threading
 from collections.abc import AsyncIterator
+from importlib.metadata import version
 from typing import Any
 from unittest import mock
 
+import kopf
+import pytest
 from kopf._cogs.aiokits import aiotoggles
 from kopf._cogs.clients import watching
 from kopf._cogs.configs import configuration
 from kopf._cogs.structs import bodies, ephemera, patches, references
 from kopf._core.actions import lifecycles
-from kopf._core.engines import indexing
+from kopf._core.engines import admission, indexing
 from kopf._core.intents import registries
 from kopf._core.reactor import inventory, observation, orchestration, processing, queueing
 
+from agentworkers.cli import main as cli
 from agentworkers.controller import kopf_fixes
 
 PATTERNS = ["team-*"]
@@ -302,3 +310,86 @@ def test_a_lean_kind_s_events_go_to_its_two_handlers_in_kopf_s_order() -> None:
     assert calls.count(("index", "a")) == 1  # not for its deletion
     assert calls.index(("index", "c")) < calls.index(("event", "ADDED", "c"))  # past the error
     assert not memories._items  # kopf's per-object memory, never made
+
+
+def test_the_installed_kopf_has_every_point_the_fixes_patch() -> None:
+    assert kopf_fixes.missing() == []
+
+
+def _kopf_without_memobase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kopf whose event processing no longer takes what the lean path hands it."""
+
+    async def moved(*, resource: Any, raw_event: Any, **_: Any) -> None: ...
+
+    monkeypatch.setattr(kopf_fixes, "_process_resource_event", moved)
+
+
+def test_a_kopf_that_moved_a_patch_point_stops_apply_before_it_patches_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _kopf_without_memobase(monkeypatch)
+    before = (processing.process_resource_event, queueing.watcher, admission.build_response)
+    with pytest.raises(kopf_fixes.KopfChanged) as raised:
+        kopf_fixes.apply()
+    message = str(raised.value)
+    assert f"kopf {version('kopf')} " in message
+    assert "kopf._core.reactor.processing.process_resource_event(resource, raw_event, memobase" in (
+        message
+    )
+    assert "tested on kopf 1.45.2" in message
+    assert (processing.process_resource_event, queueing.watcher, admission.build_response) == (
+        before
+    )
+
+
+def test_the_operator_does_not_start_on_such_a_kopf(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It says why on one line and exits 1, never a warning and a run without the fix."""
+    _kopf_without_memobase(monkeypatch)
+    ran: list[Any] = []
+    monkeypatch.setattr(kopf, "configure", lambda **_: None)  # the test's own logging stays
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: ran.append(kwargs))
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    assert cli.main(["operator", "--no-webhook"]) == cli.EXIT_ERROR
+    assert not ran
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: kopf {version('kopf')} is not a kopf")
+    assert "process_resource_event" in err and "Traceback" not in err
+
+
+def _managed(registry: registries.OperatorRegistry, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """What kopf's mutating configuration manager is asked to do within 0.2 s of start."""
+    managed: list[Any] = []
+
+    async def kopf_s(*, registry: Any, **_: Any) -> None:
+        managed.append(registry)
+
+    monkeypatch.setattr(kopf_fixes, "_mutating_configuration_manager", kopf_s)
+    kopf_fixes.apply()
+    assert admission.mutating_configuration_manager is kopf_fixes.mutating_configuration_manager
+
+    async def run() -> None:
+        manager = admission.mutating_configuration_manager(registry=registry, settings=None)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(manager, 0.2)
+
+    asyncio.run(run())
+    return managed
+
+
+def test_no_mutating_webhook_configuration_without_a_mutating_webhook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf made an empty MutatingWebhookConfiguration beside the validating one, which
+    each chart uninstall left behind: with validating webhooks only, none is made."""
+    registry = registries.OperatorRegistry()
+    kopf.on.validate("agentworkers.io", "v1alpha1", "workers", id="w", registry=registry)(
+        lambda **_: None
+    )
+    assert _managed(registry, monkeypatch) == []
+    kopf.on.mutate("agentworkers.io", "v1alpha1", "workers", id="m", registry=registry)(
+        lambda **_: None
+    )
+    assert _managed(registry, monkeypatch) == [registry]

@@ -1,21 +1,10 @@
-"""kopf tuned for many objects: no diff base for watched-only kinds, no per-event success lines."""
+"""kopf tuned for many objects: no per-event success lines."""
 
 from __future__ import annotations
 
 import logging
 
-import kopf
-
-from agentworkers.controller.kopf_settings import DiffBaseStorage, QuietSuccesses
-
-
-def test_only_kinds_with_change_handlers_get_a_diff_base() -> None:
-    storage = DiffBaseStorage(prefix="agentworkers.io", key="last-handled-configuration")
-    worker = kopf.Body({"kind": "Worker", "metadata": {"name": "w"}, "spec": {"agent": "a"}})
-    config = kopf.Body({"kind": "AgentConfig", "metadata": {"name": "a"}, "spec": {"x": 1}})
-    assert storage.build(body=worker) == {}
-    assert storage.fetch(body=worker) is None
-    assert storage.build(body=config)["spec"] == {"x": 1}
+from agentworkers.controller.kopf_settings import QuietSuccesses
 
 
 def record(level: int, msg: str, *args: object) -> logging.LogRecord:

@@ -144,3 +144,17 @@ def test_objects_pass_side_by_side_and_attempt_never_runs_a_pass_itself() -> Non
         assert len(callers) == 3 and threading.current_thread().name not in callers
     finally:
         requeue.stop()
+
+
+def test_a_nearer_pass_at_a_time_is_not_held_back_by_a_farther_one() -> None:
+    # A clock's pass due in a minute, then (a pass asked for meanwhile) one due at once.
+    flaky = Flaky(requeue_module.Later(60), requeue_module.Later(0.01))
+    queue = Requeue("Thing", "thing", flaky, threads=1)
+    try:
+        queue.attempt("ns", "a")
+        time.sleep(0.1)
+        queue.attempt("ns", "a")
+        assert flaky.done.wait(5)
+        assert len(flaky.passes) == 3
+    finally:
+        queue.stop()

@@ -41,3 +41,17 @@ def test_clocks_started_in_one_second_run_out_across_it_not_in_one_instant() -> 
     tenths = [int(left * 10) for left in lefts if left is not None]
     assert max(tenths.count(t) for t in range(10)) <= 20
     assert clocks.fraction(uids[0]) == clocks.fraction(uids[0])  # the same in every pass
+
+
+def test_times_are_read_and_written_one_way() -> None:
+    """The one place times are parsed and formatted: the API's form (UTC, to the second,
+    `Z`), a MicroTime's (a Lease's renewTime) and the runtime events' milliseconds."""
+    moment = dt.datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    assert clocks.stamp(moment) == "2030-01-02T03:04:05Z"
+    assert clocks.stamp(moment, 3) == "2030-01-02T03:04:05.678Z"
+    assert clocks.stamp(moment, 6) == "2030-01-02T03:04:05.678901Z"
+    assert clocks.parse("2030-01-02T03:04:05Z") == moment.replace(microsecond=0)
+    assert clocks.parse("2030-01-02T05:04:05+02:00") == moment.replace(microsecond=0)
+    assert clocks.parse("2030-01-02T03:04:05") == moment.replace(microsecond=0)  # UTC
+    assert clocks.parse(clocks.stamp(moment, 6)) == moment
+    assert clocks.parse(clocks.now()) <= dt.datetime.now(dt.UTC)

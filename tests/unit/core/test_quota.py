@@ -8,7 +8,8 @@ import datetime as dt
 import pytest
 
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
-from agentworkers.core.quota import Run, account, check_spawn, stamp, window_bounds
+from agentworkers.core.clocks import stamp
+from agentworkers.core.quota import Run, account, check_spawn, window_bounds
 from agentworkers.errors import TokenQuotaError
 
 NOW = dt.datetime(2030, 12, 31, 23, 30, 5, tzinfo=dt.UTC)

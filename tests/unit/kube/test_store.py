@@ -179,3 +179,63 @@ def test_only_judged_kinds_are_judged_and_forgetting_forgets_it_all() -> None:
     assert store.get("workers", "ns", "a") is None
     store.observed("workers", worker("a", "6", phase="Idle"))  # made again, same content
     assert store.news("workers", "ns", "a")
+
+
+def test_a_pod_keeps_its_scheduling_gates_names_and_nothing_else_of_its_spec() -> None:
+    store = Store()
+    pod = {
+        "metadata": {"name": "w", "namespace": "ns", "uid": "p", "resourceVersion": "1"},
+        "spec": {
+            "containers": [{"name": "agent", "env": [{"name": "X", "value": "y" * 1000}]}],
+            "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
+        },
+        "status": {"phase": "Pending"},
+    }
+    store.observed("pods", pod)
+    assert store.get("pods", "ns", "w")["spec"] == {  # type: ignore[index]
+        "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]
+    }
+    store.observed("pods", {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"},
+                            "spec": {"containers": []}})  # fmt: skip
+    assert "spec" not in store.get("pods", "ns", "w")  # type: ignore[operator]
+
+
+def _workload(name: str, rv: str, pod: str, created: str, **status: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "resourceVersion": rv,
+            "creationTimestamp": created,
+            "ownerReferences": [{"kind": "Pod", "name": pod, "uid": f"uid-{pod}"}],
+        },
+        "spec": {"podSets": [{"template": {"spec": {"containers": [{"name": "agent"}]}}}]},
+        "status": status,
+    }
+
+
+def test_a_workload_is_kept_by_its_pod_with_only_kueue_s_word_on_it() -> None:
+    store = Store()
+    pending = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "m"}
+    noise = {"type": "PodsReady", "status": "False", "reason": "PodsReady", "message": "x"}
+    store.observed(
+        "workloads",
+        _workload("pod-w-1", "1", "w", "2030-01-01T00:00:00Z", conditions=[pending, noise],
+                  resourceRequests=[{"name": "main"}]),
+    )  # fmt: skip
+    kept = store.workload_of("ns", "w")
+    assert kept is not None and kept["status"] == {"conditions": [pending]}
+    assert "spec" not in kept
+    assert store.workload_of("ns", "other") is None
+    # Another pod of that name later (a new run of a name): the newest is the one.
+    store.observed(
+        "workloads",
+        _workload("pod-w-2", "2", "w", "2030-01-01T00:01:00Z", admission={"clusterQueue": "cq"}),
+    )
+    assert store.workload_of("ns", "w")["status"]["admission"] == {"clusterQueue": "cq"}  # type: ignore[index]
+    store.forget("workloads", _workload("pod-w-2", "3", "w", ""))
+    store.forget("workloads", _workload("pod-w-1", "3", "w", ""))
+    assert store.workload_of("ns", "w") is None

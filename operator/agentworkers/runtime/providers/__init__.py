@@ -19,6 +19,15 @@ from agentworkers.runtime.providers.scripted import ScriptedModel, parse_script
 __all__ = ["ScriptedModel", "client_for", "parse_script"]
 
 
+def preload(provider: str) -> None:
+    """Import a provider's SDK ahead of any run: a warm pod's runtime, whose agent names
+    the provider, pays the import before its claim instead of after."""
+    if provider == "openai":
+        import agentworkers.runtime.providers.openai_chat  # noqa: PLC0415
+    elif provider == "anthropic":
+        import agentworkers.runtime.providers.anthropic_messages  # noqa: F401, PLC0415
+
+
 def client_for(
     config: EffectiveConfig,
     api_key: str | None = None,

@@ -23,8 +23,7 @@ goes in the body as the API documents it (the SDK's ``create`` no longer names i
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, cast
 
 import anthropic
@@ -41,12 +40,7 @@ from agentworkers.runtime.models import (
     message_text,
     parse_arguments,
 )
-from agentworkers.runtime.providers.streaming import (
-    MAX_RETRY_AFTER,
-    SdkErrors,
-    StreamCut,
-    StreamedCall,
-)
+from agentworkers.runtime.providers.streaming import SdkErrors, SdkModel, StreamCut
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -68,39 +62,15 @@ STOPS: dict[str, Finish] = {
 }
 
 
-class AnthropicMessages:
+class AnthropicMessages(SdkModel):
     """One run's client of the Messages API (``base_url`` without ``/v1``)."""
 
-    def __init__(
-        self,
-        base_url: str | None,
-        api_key: str | None,
-        model: str,
-        timeout: float = 120.0,
-        retries: int = 3,
-        backoff: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
-        max_retry_after: float = MAX_RETRY_AFTER,
-    ) -> None:
-        self.base_url = (base_url or ANTHROPIC_BASE_URL).rstrip("/")
-        self.model = model
-        self._api_key = api_key
-        self._call = StreamedCall(
-            f"{self.base_url}/v1/messages",
-            ERRORS,
-            timeout,
-            retries,
-            backoff,
-            sleep,
-            max_retry_after,
-        )
-        self._client = anthropic.Anthropic(
-            api_key=api_key,
-            base_url=self.base_url,
-            timeout=timeout,
-            max_retries=retries,
-            http_client=anthropic.DefaultHttpxClient(event_hooks=self._call.attempts.hooks()),
-        )
+    DEFAULT_URL, PATH, ERRORS = ANTHROPIC_BASE_URL, "/v1/messages", ERRORS
+    SDK, HTTPX = anthropic.Anthropic, anthropic.DefaultHttpxClient
+
+    @property
+    def _client(self) -> anthropic.Anthropic:
+        return cast(anthropic.Anthropic, self._sdk)
 
     def request(
         self, messages: list[Message], tools: list[ToolSpec], params: Params

@@ -16,9 +16,8 @@ other endpoint (vLLM, Ollama, LiteLLM and most servers read that one).
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import openai
@@ -35,12 +34,7 @@ from agentworkers.runtime.models import (
     message_text,
     parse_arguments,
 )
-from agentworkers.runtime.providers.streaming import (
-    MAX_RETRY_AFTER,
-    SdkErrors,
-    StreamCut,
-    StreamedCall,
-)
+from agentworkers.runtime.providers.streaming import SdkErrors, SdkModel, StreamCut
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ERRORS = SdkErrors(
@@ -55,42 +49,29 @@ def limit_field(base_url: str) -> str:
     return "max_completion_tokens" if official else "max_tokens"
 
 
-class OpenAIChat:
+class OpenAIChat(SdkModel):
     """One run's client of an OpenAI-compatible endpoint; ``retries`` and ``timeout``
     go to the SDK (and to mid-stream retries, see ``streaming``)."""
 
-    def __init__(
-        self,
-        base_url: str | None,
-        api_key: str | None,
-        model: str,
-        timeout: float = 120.0,
-        retries: int = 3,
-        backoff: float = 0.5,
-        sleep: Callable[[float], None] = time.sleep,
-        max_retry_after: float = MAX_RETRY_AFTER,
-    ) -> None:
-        self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
-        self.model = model
-        self._call = StreamedCall(
-            f"{self.base_url}/chat/completions",
-            ERRORS,
-            timeout,
-            retries,
-            backoff,
-            sleep,
-            max_retry_after,
-        )
-        self._limit = limit_field(self.base_url)
+    DEFAULT_URL, PATH, ERRORS = OPENAI_BASE_URL, "/chat/completions", ERRORS
+    SDK, HTTPX = openai.OpenAI, openai.DefaultHttpxClient
+
+    @staticmethod
+    def _sdk_key(api_key: str | None) -> str:
+        return api_key or "none"  # the SDK wants one; the header is left out (below)
+
+    @property
+    def _client(self) -> openai.OpenAI:
+        return cast(openai.OpenAI, self._sdk)
+
+    @property
+    def _limit(self) -> str:
+        return limit_field(self.base_url)
+
+    @property
+    def _headers(self) -> dict[str, Any]:
         # A keyless server (vLLM, Ollama) gets no Authorization header at all.
-        self._headers = {} if api_key else {"Authorization": openai.Omit()}
-        self._client = openai.OpenAI(
-            api_key=api_key or "none",
-            base_url=self.base_url,
-            timeout=timeout,
-            max_retries=retries,
-            http_client=openai.DefaultHttpxClient(event_hooks=self._call.attempts.hooks()),
-        )
+        return {} if self._api_key else {"Authorization": openai.Omit()}
 
     def request(
         self, messages: list[Message], tools: list[ToolSpec], params: Params

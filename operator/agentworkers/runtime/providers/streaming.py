@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx2
 
@@ -144,6 +144,54 @@ class StreamedCall:
         if isinstance(error, self._errors.connection | httpx2.TransportError):
             return f"connection lost: {_cause(error)}"
         return f"an error event: {str(error)[:BODY_EXCERPT]}"
+
+
+class SdkModel:
+    """What the two SDK drivers set up alike: the endpoint (`DEFAULT_URL` when the config
+    names none), the model, one `StreamedCall` to `PATH`, and the vendor's SDK client
+    (`SDK`, on an httpx client `HTTPX` with the call's hooks), retrying as the call says.
+    `_sdk_key`: the key as the SDK takes it."""
+
+    DEFAULT_URL: ClassVar[str]
+    PATH: ClassVar[str]
+    ERRORS: ClassVar[SdkErrors]
+    SDK: ClassVar[Callable[..., Any]]
+    HTTPX: ClassVar[Callable[..., Any]]
+
+    def __init__(
+        self,
+        base_url: str | None,
+        api_key: str | None,
+        model: str,
+        timeout: float = 120.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+        max_retry_after: float = MAX_RETRY_AFTER,
+    ) -> None:
+        self.base_url = (base_url or self.DEFAULT_URL).rstrip("/")
+        self.model = model
+        self._call = StreamedCall(
+            f"{self.base_url}{self.PATH}",
+            self.ERRORS,
+            timeout,
+            retries,
+            backoff,
+            sleep,
+            max_retry_after,
+        )
+        self._api_key = api_key
+        self._sdk = self.SDK(
+            api_key=self._sdk_key(api_key),
+            base_url=self.base_url,
+            timeout=timeout,
+            max_retries=retries,
+            http_client=self.HTTPX(event_hooks=self._call.attempts.hooks()),
+        )
+
+    @staticmethod
+    def _sdk_key(api_key: str | None) -> str | None:
+        return api_key
 
 
 def _cause(error: BaseException) -> str:

@@ -1,0 +1,328 @@
+"""Warm pools: pods of an agent started ahead of its runs. Pure: manifests, hashes, plans.
+
+A warm pod is the pod a plain top-level run of the agent would get at its active
+revision (`core.pods.build_pod`), less the run: no Worker named, no effective config, an
+account of its own with no rights, and a downward-API file where its claim will appear.
+A Worker may claim one only when the pod its own run would get has the same settings:
+`settings_hash` of both manifests, with what names the run taken out, is equal (a run
+that keeps other skills, secrets or MCP header Secrets mounts other volumes and starts
+cold). The claim (`Claim`, an annotation on the pod) carries the run's name, uid,
+revision and effective config; the pod's ownerReference moves to the Worker, so the pod
+goes with the run, never back to the pool.
+
+`plan_pool` decides, from the pods the store holds, what a pool pass does: which pods to
+delete (a stale revision or settings, past their idle lifetime, ended, more than the
+size) and how many to create.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, StrictStr
+
+from agentworkers.api.agentconfig import RevisionRef, WarmPool
+from agentworkers.api.common import KubeModel
+from agentworkers.api.names import (
+    AGENT_LABEL,
+    BINDING_ANNOTATION,
+    CLAIM_ANNOTATION,
+    CLAIMED_LABEL,
+    FROZEN_ANNOTATION,
+    POD_SETTINGS_LABEL,
+    POOL_LABEL,
+    REVISION_LABEL,
+    WORKER_LABEL,
+)
+from agentworkers.core import clocks
+from agentworkers.core.owners import owner_reference
+from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV
+from agentworkers.core.spawning import decode_binding
+from agentworkers.errors import WarmPodMismatchError
+
+# A warm pod and its ServiceAccount share a name; never the `worker-` prefix of a run's
+# own account (`core.access`), so admission tells the two apart.
+POOL_PREFIX = "warm-"
+# Where the claim appears in a warm pod (a downward-API volume of the claim annotation).
+CLAIM_DIR = "/var/run/agentworkers/claim"
+CLAIM_FILE_ENV = "AGENTWORKERS_CLAIM_FILE"
+WARM_REVISION_ENV = "AGENTWORKERS_WARM_REVISION"
+# The agent's model provider, whose SDK a warm runtime imports while it waits.
+WARM_PROVIDER_ENV = "AGENTWORKERS_WARM_PROVIDER"
+# The env entries and args that name a run: out of a warm pod, out of the settings hash.
+RUN_ENV = frozenset({"AGENTWORKERS_WORKER", EFFECTIVE_CONFIG_ENV})
+# A refill waits for claims to pause this long (seconds), but never longer than
+# REFILL_MAX_WAIT after the pool fell short: a burst's runs do not share their first
+# moments with the starts of the pods that replace theirs (on one machine, measured: a
+# run claimed during a refill's starts reported Running 0.5-1 s later instead of 0.1-0.2).
+REFILL_QUIET = 1.0
+REFILL_MAX_WAIT = 5.0
+# Pods a pool pass creates at most: a large pool fills over a few passes, and a pass
+# that fails midway has made few.
+CREATE_PER_PASS = 10
+
+
+class Claim(KubeModel):
+    """What the operator writes on a warm pod it gives to a run; its runtime reads it."""
+
+    worker: StrictStr = Field(description="Name of the Worker the pod now runs.")
+    uid: StrictStr = Field(description="Its uid.")
+    revision: RevisionRef = Field(description="The revision the pod was warmed at.")
+    effective: StrictStr = Field(description="The run's effective config, as JSON.")
+
+
+def account_name(agent: str) -> str:
+    """A fresh name for a warm pod and its ServiceAccount (never reused: a RoleBinding a
+    finished run left behind can never bind a later pod's account)."""
+    return f"{POOL_PREFIX}{agent}-{secrets.token_hex(4)}"[:253]
+
+
+def is_pool_account(account: str) -> bool:
+    return account.startswith(POOL_PREFIX)
+
+
+def settings_hash(pod: dict[str, Any]) -> str:
+    """What a pod's manifest says of where and how it runs, without the run it serves:
+    two manifests of equal hash are interchangeable for a run (its volumes, image,
+    resources, placement, security context)."""
+    spec = copy.deepcopy(pod["spec"])
+    for key in ("serviceAccountName", "activeDeadlineSeconds", "automountServiceAccountToken"):
+        spec.pop(key, None)
+    for container in spec.get("containers") or []:
+        container.pop("args", None)
+        container["env"] = [e for e in container.get("env") or [] if e["name"] not in RUN_ENV]
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def warm_pod(
+    template: dict[str, Any],
+    agent: str,
+    revision: RevisionRef,
+    owner: dict[str, Any],
+    name: str,
+) -> dict[str, Any]:
+    """A warm pod of `agent` from `template` (the pod `core.pods.build_pod` makes for a
+    plain run of it), owned by the AgentConfig `owner` (removed with it), running as the
+    account `name` (its own, with no rights until a claim binds a run's Role to it)."""
+    pod = copy.deepcopy(template)
+    namespace = owner["metadata"]["namespace"]
+    container = pod["spec"]["containers"][0]
+    container["args"] = ["--warm", f"--namespace={namespace}"]
+    env = {e["name"]: e.get("value") for e in container.get("env") or []}
+    provider = json.loads(env.get(EFFECTIVE_CONFIG_ENV) or "{}").get("provider") or ""
+    container["env"] = [
+        *(e for e in (container.get("env") or []) if e["name"] not in RUN_ENV),
+        {"name": WARM_REVISION_ENV, "value": revision.name},
+        {"name": WARM_PROVIDER_ENV, "value": provider},
+        {"name": CLAIM_FILE_ENV, "value": f"{CLAIM_DIR}/claim"},
+    ]
+    container["volumeMounts"] = [
+        *(container.get("volumeMounts") or []),
+        {"name": "claim", "mountPath": CLAIM_DIR, "readOnly": True},
+    ]
+    field = f"metadata.annotations['{CLAIM_ANNOTATION}']"
+    claim_file = {"path": "claim", "fieldRef": {"fieldPath": field}}
+    pod["spec"]["volumes"] = [
+        *(pod["spec"].get("volumes") or []),
+        {"name": "claim", "downwardAPI": {"items": [claim_file]}},
+    ]
+    pod["spec"]["serviceAccountName"] = name
+    pod["spec"]["automountServiceAccountToken"] = True
+    pod["spec"].pop("activeDeadlineSeconds", None)
+    pod["metadata"] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            # Present (empty) so that the operator's pod watch, filtered on it, sees it.
+            WORKER_LABEL: "",
+            AGENT_LABEL: agent,
+            POOL_LABEL: agent,
+            REVISION_LABEL: revision.name,
+            POD_SETTINGS_LABEL: settings_hash(template),
+        },
+        "ownerReferences": [owner_reference(owner)],
+    }
+    return pod
+
+
+def claim_patch(
+    pod: dict[str, Any],
+    worker_body: dict[str, Any],
+    claim: Claim,
+    frozen: RevisionRef | None,
+    deadline_seconds: int | None,
+) -> dict[str, Any]:
+    """The one write that gives a warm pod to a run: only if the pod is still the version
+    the store showed (a second claimer gets a 409), it leaves the pool, names the run,
+    carries the claim and, for a top-level run, the revision it froze, and is owned by
+    the Worker alone."""
+    meta = worker_body["metadata"]
+    annotations = {CLAIM_ANNOTATION: claim.model_dump_json(by_alias=True)}
+    if frozen is not None:
+        annotations[FROZEN_ANNOTATION] = frozen.model_dump_json(by_alias=True)
+    patch: dict[str, Any] = {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "labels": {
+                POOL_LABEL: None,
+                CLAIMED_LABEL: pod["metadata"]["labels"][AGENT_LABEL],
+                WORKER_LABEL: meta["name"],
+            },
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(worker_body)],
+        }
+    }
+    if deadline_seconds:
+        # A pod may be given a deadline it did not have (never a longer one).
+        patch["spec"] = {"activeDeadlineSeconds": deadline_seconds}
+    return patch
+
+
+def check_claim(claim: Claim, warm_revision: str, worker_body: dict[str, Any]) -> None:
+    """The runtime's own check of its claim, before the run's binding and pin checks: the
+    claim names this very Worker, and the revision the pod was warmed at is the one the
+    claim, and a profiled run's binding, name. A pod warmed under one revision never runs
+    a run bound to another, whatever the operator wrote."""
+    meta = worker_body["metadata"]
+    if (claim.worker, claim.uid) != (meta["name"], meta["uid"]):
+        raise WarmPodMismatchError(
+            f"the claim names worker {claim.worker} ({claim.uid}), not this one",
+            field=CLAIM_ANNOTATION,
+        )
+    if claim.revision.name != warm_revision:
+        raise WarmPodMismatchError(
+            f"the pod was warmed at revision {warm_revision}; the claim names "
+            f"{claim.revision.name}",
+            field=CLAIM_ANNOTATION,
+        )
+    annotation = (meta.get("annotations") or {}).get(BINDING_ANNOTATION)
+    if annotation is not None:
+        binding = decode_binding(annotation)
+        warmed = (str(claim.revision.revision), claim.revision.digest)
+        if (binding.config_revision_id, binding.config_digest) != warmed:
+            raise WarmPodMismatchError(
+                f"the run is bound to revision {binding.config_revision_id}; the pod was "
+                f"warmed at revision {claim.revision.revision}",
+                field=BINDING_ANNOTATION,
+            )
+
+
+# --- the plan of a pool pass -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolPod:
+    """What a pool pass needs of one of its pods."""
+
+    name: str
+    uid: str
+    version: str
+    revision: str
+    settings: str
+    created: dt.datetime
+    phase: str | None
+    deleting: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == "Running" and not self.deleting
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> PoolPod:
+        meta = body["metadata"]
+        labels = meta.get("labels") or {}
+        created = meta.get("creationTimestamp") or "1970-01-01T00:00:00Z"
+        return cls(
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            version=meta.get("resourceVersion", ""),
+            revision=labels.get(REVISION_LABEL, ""),
+            settings=labels.get(POD_SETTINGS_LABEL, ""),
+            created=clocks.parse(created),
+            phase=(body.get("status") or {}).get("phase"),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    create: int
+    # Each pod to delete, with why (stale, idle, ended, surplus).
+    delete: tuple[tuple[PoolPod, str], ...]
+    ready: int
+    starting: int
+    # Seconds until the next pod's idle lifetime ends (a pass then); None: no clock.
+    again_in: float | None
+
+
+def plan_pool(
+    pool: WarmPool | None,
+    revision: str | None,
+    settings: str | None,
+    pods: Sequence[PoolPod],
+    now: dt.datetime,
+) -> PoolPlan:
+    """What a pass over one agent's pool does. `revision`, `settings`: those a warm pod
+    must have now (None: the agent has no pod to warm yet, so none is kept). `pods`: the
+    pool's unclaimed pods."""
+    size = pool.size if pool is not None and revision and settings else 0
+    idle = pool.idle_seconds if pool is not None else 0
+    delete: list[tuple[PoolPod, str]] = []
+    kept: list[PoolPod] = []
+    for pod in pods:
+        if pod.deleting:
+            continue
+        if pod.revision != revision or pod.settings != settings:
+            delete.append((pod, "stale"))
+        elif pod.phase in ("Succeeded", "Failed"):
+            delete.append((pod, "ended"))
+        elif (now - pod.created).total_seconds() >= idle:
+            delete.append((pod, "idle"))
+        else:
+            kept.append(pod)
+    # Over the size: the pods not ready yet go first, then the oldest.
+    kept.sort(key=lambda p: (not p.ready, p.created))
+    delete += [(p, "surplus") for p in kept[size:]]
+    kept = kept[:size]
+    expiries = [idle - (now - p.created).total_seconds() for p in kept]
+    return PoolPlan(
+        create=min(size - len(kept), CREATE_PER_PASS),
+        delete=tuple(delete),
+        ready=sum(p.ready for p in kept),
+        starting=sum(not p.ready for p in kept),
+        again_in=max(min(expiries), 0.0) if expiries else None,
+    )
+
+
+def refill_wait(last_claim: float | None, short_since: float, now: float) -> float:
+    """Seconds a pool pass waits before it makes pods (monotonic clock): until claims have
+    paused for REFILL_QUIET, at most REFILL_MAX_WAIT after the pool fell short at
+    `short_since`."""
+    if last_claim is None:
+        return 0.0
+    return max(0.0, min(last_claim + REFILL_QUIET - now, short_since + REFILL_MAX_WAIT - now))
+
+
+def claimable(
+    pods: Sequence[PoolPod], revision: str, settings: str, now: dt.datetime, idle: int
+) -> list[PoolPod]:
+    """The warm pods a run at `revision` whose pod has `settings` may claim, the oldest
+    first (the nearest to their idle end): ready, of that revision and settings, and not
+    past their lifetime (a pass is about to replace it)."""
+    found = [
+        p
+        for p in pods
+        if p.ready
+        and p.revision == revision
+        and p.settings == settings
+        and (now - p.created).total_seconds() < idle
+    ]
+    return sorted(found, key=lambda p: p.created)
