@@ -353,14 +353,16 @@ class Operator:
 
 def first_revision(cluster: Cluster, namespace: str, agent: str = "planner") -> dict[str, Any]:
     """Wait for the agent's first AgentConfigRevision; its `activeRevision`."""
-    return wait_until(
-        f"{agent}'s first revision",
-        lambda: (
-            cluster.kubectl_json("get", "ac", agent, "-n", namespace)
-            .get("status", {})
-            .get("activeRevision")
-        ),
-    )
+    status: dict[str, Any] = {}
+
+    def active() -> str | None:
+        status.update(cluster.kubectl_json("get", "ac", agent, "-n", namespace).get("status", {}))
+        return status.get("activeRevision")
+
+    try:
+        return wait_until(f"{agent}'s first revision", active)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; its status: {json.dumps(status)}") from None
 
 
 def install_crds(cluster: Cluster) -> None:

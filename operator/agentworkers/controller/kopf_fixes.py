@@ -255,9 +255,34 @@ async def process_resource_event(
     if operator_indexed is not None and resource_indexed is not None:
         await operator_indexed.drop_toggle(resource_indexed)
     if operator_indexed is not None:
-        await operator_indexed.wait_for(True)
+        await _wait_indexed(operator_indexed, resource, body)
     await _guarded(event, resource, type=kind, body=body, memo=memobase)
     return None
+
+
+# How long a handler waits for kopf's index before the wait is logged (and again each time).
+INDEX_STALL_SECONDS = 10.0
+
+
+async def _wait_indexed(toggles: Any, resource: Any, body: Any) -> None:
+    """kopf's readiness wait, logged while it lasts: every handler waits on the one
+    barrier, so a watcher that cannot list its kind stalls them all, silently."""
+    waited = 0.0
+    while True:
+        try:
+            await asyncio.wait_for(toggles.wait_for(True), INDEX_STALL_SECONDS)
+            return
+        except TimeoutError:
+            waited += INDEX_STALL_SECONDS
+            meta = body.get("metadata") or {}
+            log.warning(
+                "%s %s/%s: waited %.0f s for kopf's index, still off: %s",
+                resource.plural,
+                meta.get("namespace"),
+                meta.get("name"),
+                waited,
+                ", ".join(sorted(str(t.name or t) for t in toggles if t.is_off())) or "none",
+            )
 
 
 async def _guarded(handler: EventHandler, resource: Any, **kwargs: Any) -> None:
