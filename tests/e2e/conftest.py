@@ -57,6 +57,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for log in Operator.started:
         if log.exists():
             report.sections.append((f"operator log {log}", log_excerpt(log, namespace)))
+    for running in Operator.running:
+        report.sections.append((f"operator state {running.log}", running.state()))
 
 
 def _localcluster(*args: str) -> subprocess.CompletedProcess[str]:

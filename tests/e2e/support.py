@@ -177,8 +177,9 @@ def free_port() -> int:
 class Operator:
     """`agentworkers operator` as a subprocess: the way a user runs it, on loopback ports."""
 
-    # Logs of the operators started in this session, for failure reports.
+    # Logs of the operators started in this session, and those running, for failure reports.
     started: ClassVar[list[Path]] = []
+    running: ClassVar[list[Operator]] = []
     process: subprocess.Popen[bytes]
     log: Path
     metrics_url: str
@@ -224,10 +225,12 @@ class Operator:
             args,
             cluster.env,
         )
+        cls.running.append(running)
         try:
             running.wait_ready(cluster)
             yield running
         finally:
+            cls.running.remove(running)
             running.stop()
             # Its webhooks outlive a stop on purpose (writes fail closed while no operator
             # answers); an operator that is gone for good takes them along.
@@ -338,6 +341,26 @@ class Operator:
         with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
             return str(response.read().decode())
 
+    def state(self) -> str:
+        """What a stalled operator is doing: its passes and queues by the metrics, and its
+        threads' stacks (py-spy, when installed)."""
+        try:
+            wanted = ("agentworkers_reconciles_total", "agentworkers_store_objects")
+            lines = [m for m in self.metrics().splitlines() if m.startswith(wanted)]
+        except OSError as e:
+            lines = [f"metrics: {e}"]
+        spy = Path(sys.executable).with_name("py-spy")
+        if spy.exists():
+            dump = subprocess.run(
+                [str(spy), "dump", "--pid", str(self.process.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            lines.append(dump.stdout + dump.stderr)
+        return "\n".join(lines)
+
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
@@ -383,8 +406,9 @@ def log_excerpt(log: Path, namespace: str | None, lines: int = 40) -> str:
             wanted.append(raw)  # a traceback or a crash: always worth showing
             continue
         ref = line.get("object") or line.get("k8s_ref") or {}
+        # kopf's JSON log names a warning's severity "warn".
         if (namespace and ref.get("namespace") == namespace) or line.get("severity") in (
-            "warning",
+            "warn",
             "error",
             "critical",
         ):

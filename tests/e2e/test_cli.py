@@ -330,11 +330,13 @@ def test_profiles_and_revisions(cluster: Cluster, namespace: str) -> None:
     edited = copy.deepcopy(PROFILES[0])
     edited["spec"]["overlay"]["maxSteps"] = 12
     cluster.apply(namespace, edited)
+    # Revision 2 is made, then made active (the AgentConfig's status): two writes.
     revisions = wait_until(
-        "revision 2",
+        "revision 2 to be active",
         lambda: (
             (found := cli_json(cluster, namespace, "revisions")["items"])
             and len(found) == 2
+            and found[1]["active"]
             and found
         ),
     )

@@ -151,13 +151,14 @@ async def agent_config_event(type: str | None, body: kopf.Body, memo: kopf.Memo,
 
 @kopf.on.event(*PROFILES)
 async def profile_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Any change to a profile (including its deletion) re-resolves its agent's map."""
+    """Any change to a profile (including its deletion) re-resolves its agent's map. So
+    does the listing: a new namespace's may hold a profile applied before its AgentConfig,
+    which must say that its agent is missing (an agent asked for by many events is queued
+    once)."""
     if type == "DELETED":
         memo.store.forget("virtualagentprofiles", body)
-    agent = (body.get("spec") or {}).get("agent")
-    if not agent or type is None:  # None: the listing, whose AgentConfigs take a pass each
-        return
-    memo.configs.attempt(body["metadata"]["namespace"], agent)
+    if agent := (body.get("spec") or {}).get("agent"):
+        memo.configs.attempt(body["metadata"]["namespace"], agent)
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),

@@ -103,17 +103,23 @@ class Storage:
         self.events = Recorder(self.api)
 
     def _remember(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A body a write returned, into the store (its echo is no news)."""
         if self.store is not None and body:
             self.store.wrote(plural, body)
         return body
+
+    def _read(self, plural: str, body: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A body read from the API past the store, into the store (its event is news)."""
+        if self.store is not None and body:
+            self.store.read(plural, body)
+        return body or None
 
     # --- generic ---------------------------------------------------------
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         if self.store is not None and (found := self.store.get(plural, namespace, name)):
             return found
-        found = self.api.get(plural, namespace, name)
-        return self._remember(plural, found) if found else None
+        return self._read(plural, self.api.get(plural, namespace, name))
 
     def items(
         self, plural: str, namespace: str, selector: str | None = None
@@ -306,8 +312,7 @@ class Storage:
             found = self.store.get("pods", namespace, name)
             if found is not None or not confirm:
                 return found
-        found = self.api.get("pods", namespace, name)
-        return self._remember("pods", found) if found else None
+        return self._read("pods", self.api.get("pods", namespace, name))
 
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
         """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""

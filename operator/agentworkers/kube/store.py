@@ -196,14 +196,22 @@ class Store:
     # --- feeding ---------------------------------------------------------------------
 
     def wrote(self, plural: str, body: Mapping[str, Any]) -> None:
-        """An object as the API server returned it to a pass (its own write, or a read
-        past the store): a pass has seen this version, so its watch event is no news."""
+        """An object as the API server returned it to a pass's write: the pass has seen
+        this version, so its watch event is no news."""
         trimmed = TRIM[plural](body)
         meta = trimmed["metadata"]
         with self._lock:
             self._keep(plural, trimmed)
             if plural in self._judged:
                 self._seen[(plural, meta["namespace"], meta["name"])].add(meta["resourceVersion"])
+
+    def read(self, plural: str, body: Mapping[str, Any]) -> None:
+        """An object a pass read from the API past the store: kept, and its watch event is
+        still news. The reader may be another kind's pass (a warm pool's, a profile's) that
+        has done none of the object's own work: an AgentConfig first read by its pool's
+        pass would otherwise never be cut into a revision."""
+        with self._lock:
+            self._keep(plural, TRIM[plural](body))
 
     def observed(self, plural: str, body: Mapping[str, Any]) -> None:
         """An object as a watch delivered it. Of a judged kind, whether it is news is kept

@@ -312,6 +312,32 @@ def test_a_lean_kind_s_events_go_to_its_two_handlers_in_kopf_s_order() -> None:
     assert not memories._items  # kopf's per-object memory, never made
 
 
+def test_a_handler_held_back_by_kopf_s_index_says_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every handler waits on one barrier: a watcher that cannot list would stall them all
+    without a word; the wait is logged with the watchers still off, and ends with them."""
+    monkeypatch.setattr(kopf_fixes, "INDEX_STALL_SECONDS", 0.05)
+    body = {"metadata": {"name": "planner", "namespace": "ns"}}
+
+    async def run() -> None:
+        toggles = aiotoggles.ToggleSet(all)
+        stuck = await toggles.make_toggle(name="workloads@ns")
+        waiting = asyncio.create_task(kopf_fixes._wait_indexed(toggles, WORKERS, body))
+        await asyncio.sleep(0.12)
+        assert not waiting.done()
+        await toggles.drop_toggle(stuck)
+        await asyncio.wait_for(waiting, 1)
+
+    with caplog.at_level("WARNING", logger=kopf_fixes.__name__):
+        asyncio.run(run())
+    assert len(caplog.messages) >= 2  # once each time the wait lasts INDEX_STALL_SECONDS
+    assert all(
+        m.startswith("workers ns/planner: waited") and m.endswith("still off: workloads@ns")
+        for m in caplog.messages
+    )
+
+
 def test_the_installed_kopf_has_every_point_the_fixes_patch() -> None:
     assert kopf_fixes.missing() == []
 

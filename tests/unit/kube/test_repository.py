@@ -7,6 +7,7 @@ from typing import Any
 from agentworkers.core.access import access_objects, role_rules
 from agentworkers.kube import repository
 from agentworkers.kube.repository import Storage
+from agentworkers.kube.store import Store
 
 
 class _Api:
@@ -52,3 +53,32 @@ def test_a_process_remembers_a_bounded_number_of_roles(monkeypatch: Any) -> None
     for name in ("worker-a", "worker-b", "worker-c", "worker-a"):
         storage.set_role_rules("ns", name, rules)
     assert api.sent.count(("PATCH", "roles")) == 4  # worker-a forgotten: written again
+
+
+def test_an_object_read_past_the_store_is_still_news_to_its_own_pass() -> None:
+    """The e2e stall this round: a warm pool's pass read a new AgentConfig from the API
+    (the store had not heard of it yet); its watch event then came as no news, and no pass
+    ever cut its first revision."""
+    config = {"metadata": {"name": "planner", "namespace": "ns", "resourceVersion": "7"}}
+
+    class _Reads(_Api):
+        def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+            self.sent.append(("GET", plural))
+            return config
+
+        def patch(self, plural: str, namespace: str, name: str, patch: Any, **_: Any) -> Any:
+            self.sent.append(("PATCH", plural))
+            return {**config, "metadata": {**config["metadata"], "resourceVersion": "8"}}
+
+    store = Store(judged=frozenset({"agentconfigs"}))
+    storage = Storage(_Reads(), store)  # type: ignore[arg-type]
+    assert storage.get("agentconfigs", "ns", "planner") == config
+    assert store.get("agentconfigs", "ns", "planner") is not None  # kept meanwhile
+    store.observed("agentconfigs", config)
+    assert store.news("agentconfigs", "ns", "planner")
+    # A write's echo, though, is no news: its pass has seen it.
+    assert storage.patch_status("agentconfigs", "ns", "planner", {"x": 1}) == "8"
+    store.observed(
+        "agentconfigs", {**config, "metadata": {**config["metadata"], "resourceVersion": "8"}}
+    )
+    assert not store.news("agentconfigs", "ns", "planner")

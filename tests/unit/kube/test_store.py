@@ -143,7 +143,7 @@ def test_an_event_is_news_unless_a_pass_has_seen_it_or_it_changes_nothing_kept()
     # A change to what the store does not keep (the runtime's events and output): no news.
     store.observed("workers", worker("a", "6", output="more"))
     assert not store.news("workers", "ns", "a")
-    # A pass writes (or reads past the store) version 7: its event is no news...
+    # A pass writes version 7: its event is no news...
     store.wrote("workers", worker("a", "7", phase="Idle"))
     store.observed("workers", worker("a", "7", phase="Idle"))
     assert not store.news("workers", "ns", "a")
