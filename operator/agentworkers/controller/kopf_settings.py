@@ -24,5 +24,23 @@ class QuietSuccesses(logging.Filter):
         )
 
 
+# The kinds the operator watches only where their CRDs are installed: Kueue's Workloads.
+OPTIONAL_GROUPS = ("kueue.x-k8s.io",)
+
+
+class OptionalKinds(logging.Filter):
+    """Drops kopf's warning that a watched kind has no CRD when every such kind is an
+    optional one: kopf repeats it at each namespace change, and a cluster without Kueue is
+    no fault (its Workloads are watched from the moment its CRDs are installed)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Unresolved resources cannot be served"):
+            return True
+        named = message.split(": ", 1)[-1].split(", Selector(")
+        return not all(f"group='{group}'" in n for n in named for group in OPTIONAL_GROUPS)
+
+
 def quiet() -> None:
     logging.getLogger("kopf.objects").addFilter(QuietSuccesses())
+    logging.getLogger("kopf._core.reactor.observation").addFilter(OptionalKinds())
