@@ -254,7 +254,9 @@ class Plan:
 
     def wanted(self) -> WorkerStatus:
         """The status to write: kstatus beside Ready, the generation observed."""
-        return with_kstatus(self.status).model_copy(update={"observed_generation": self.generation})
+        return with_kstatus(self.status, clocks.stamp(self.now)).model_copy(
+            update={"observed_generation": self.generation}
+        )
 
 
 class Waiting(Exception):
@@ -943,7 +945,7 @@ def fail(plan: Plan, error: Refusal) -> None:
 # --- the status, as written -------------------------------------------------------------------
 
 
-def with_kstatus(status: WorkerStatus) -> WorkerStatus:
+def with_kstatus(status: WorkerStatus, at: str | None = None) -> WorkerStatus:
     """Stalled=True once the run Failed (what Flux or `kubectl wait` report), Reconciling=True
     while it is on its way to a pod (Pending), from the Ready condition's reason."""
     ready = next((c for c in status.conditions if c.type == reasons.READY), None)
@@ -957,6 +959,7 @@ def with_kstatus(status: WorkerStatus) -> WorkerStatus:
         ready.observed_generation,
         stalled=failed,
         reconciling=status.phase in (None, "Pending"),
+        at=at,
     )
     return status.model_copy(update={"conditions": conditions})
 

@@ -373,6 +373,32 @@ def test_a_worker_reconcile(row: Row) -> None:
     assert sum(1 for w in memory.writes if w == ("POST", "pods", row.name)) <= 1
 
 
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_one_status_write_per_pass_at_most(row: Row) -> None:
+    """Gather, decide, write once: no pass writes its Worker's status twice, and no pass
+    writes any Worker's status twice (a kill's cascade writes each run below once)."""
+    memory = Memory()
+    row.scene(memory)
+    for _ in range(3):
+        before = len(memory.writes)
+        reconcile(memory, row.name)
+        written = [name for verb, kind, name in memory.writes[before:] if kind == "workers/status"]
+        assert len(written) == len(set(written)), written
+
+
+def test_a_kill_cascade_writes_each_run_once() -> None:
+    memory = Memory()
+    planner(memory)
+    started(memory, "root")
+    started(memory, "child", parent="root")
+    started(memory, "grandchild", parent="child")
+    memory.objects[("workers", "ns", "root")]["spec"]["kill"] = {"reason": "enough"}
+    before = len(memory.writes)
+    reconcile(memory, "root")
+    written = [name for verb, kind, name in memory.writes[before:] if kind == "workers/status"]
+    assert sorted(written) == ["child", "grandchild", "root"]
+
+
 def test_a_top_level_run_freezes_the_active_revision_through_its_pod() -> None:
     memory = Memory()
     planner(memory)
