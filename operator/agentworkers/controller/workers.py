@@ -17,7 +17,7 @@ from typing import Any
 
 from agentworkers.api import reasons
 from agentworkers.api.agentconfig import WorkerPod
-from agentworkers.api.names import COLLECTED_ANNOTATION
+from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import lineage, metrics, pools, quotas, tracing
 from agentworkers.core import clocks, worker_plan
@@ -89,7 +89,7 @@ def gather(
     ended = status.get("phase") in TERMINAL_PHASES
     chain: list[Body] = [body]
     broken = None
-    if parent_name and not ended:
+    if parent_name and not ended and not spec.get("kill"):
         try:
             chain = lineage.ancestry(storage, namespace, body)
         except UnknownWorkerError as e:
@@ -99,10 +99,12 @@ def gather(
         # The store may not have seen the pod (yet): the API decides before the run fails.
         pod = storage.get_pod(namespace, status["pod"], confirm=True)
     starts = pod is None and not status.get("pod") and not ended and broken is None
-    starts = starts and not spec.get("kill") and not spec.get("suspend")
+    starts = starts and config is not None and not spec.get("kill") and not spec.get("suspend")
     active = ((config or {}).get("status") or {}).get("activeRevision") or {}
     frozen = ((parent or {}).get("status") or {}).get("frozenRevision") or {}
     profiled = bool(spec.get("profile")) and not status.get("pod")
+    # The parent's frozen revision: what a spawn is bound against, once.
+    unbound = profiled and BINDING_ANNOTATION not in (body["metadata"].get("annotations") or {})
     ctx = Context(
         body,
         now,
@@ -119,7 +121,7 @@ def gather(
         siblings=storage.children(namespace, parent_name) if parent_name else (),
         frozen_revision=(
             storage.revision_spec(namespace, frozen["name"])
-            if profiled and frozen.get("name")
+            if unbound and frozen.get("name")
             else None
         ),
         active_revision=(
