@@ -380,10 +380,15 @@ def test_one_status_write_per_pass_at_most(row: Row) -> None:
     memory = Memory()
     row.scene(memory)
     for _ in range(3):
-        before = len(memory.writes)
-        reconcile(memory, row.name)
-        written = [name for verb, kind, name in memory.writes[before:] if kind == "workers/status"]
+        written = status_writes(memory, row.name)
         assert len(written) == len(set(written)), written
+
+
+def status_writes(memory: Memory, name: str) -> list[str]:
+    """The Workers whose status one pass over `name` writes, once per write."""
+    before = len(memory.writes)
+    reconcile(memory, name)
+    return [name for _, kind, name in memory.writes[before:] if kind == "workers/status"]
 
 
 def test_a_kill_cascade_writes_each_run_once() -> None:
@@ -393,10 +398,7 @@ def test_a_kill_cascade_writes_each_run_once() -> None:
     started(memory, "child", parent="root")
     started(memory, "grandchild", parent="child")
     memory.objects[("workers", "ns", "root")]["spec"]["kill"] = {"reason": "enough"}
-    before = len(memory.writes)
-    reconcile(memory, "root")
-    written = [name for verb, kind, name in memory.writes[before:] if kind == "workers/status"]
-    assert sorted(written) == ["child", "grandchild", "root"]
+    assert sorted(status_writes(memory, "root")) == ["child", "grandchild", "root"]
 
 
 def test_a_top_level_run_freezes_the_active_revision_through_its_pod() -> None:
