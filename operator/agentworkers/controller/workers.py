@@ -59,7 +59,7 @@ def reconcile(
         if plan.status.phase in ("Running", "Idle", "Done"):
             pools.running(plan.uid)
         try:
-            return carry_out(storage, ctx, plan)
+            return carry_out(storage, ctx, plan, locks)
         finally:
             _observe(plan)
 
@@ -164,9 +164,12 @@ def _counted(storage: Repository, ctx: Context, locks: contextlib.ExitStack) -> 
     return dataclasses.replace(ctx, shape=shape, tree_limits=limits, quotas=found)
 
 
-def carry_out(storage: Repository, ctx: Context, plan: Plan) -> float | None:
+def carry_out(
+    storage: Repository, ctx: Context, plan: Plan, locks: contextlib.ExitStack
+) -> float | None:
     """The plan's writes, in its order: those before the status (the pod's start among
-    them), the status (once, at the version read), its Events, those after it."""
+    them), the status (once, at the version read), its Events, those after it. The
+    tree's and quotas' `locks` are let go once the pod is made (or not)."""
     done = 0
     try:
         while True:
@@ -184,6 +187,8 @@ def carry_out(storage: Repository, ctx: Context, plan: Plan) -> float | None:
                     worker_plan.started(ctx, plan, pod)
     except _Rebind:
         return REBIND_SECONDS
+    finally:
+        locks.close()
     _write(storage, plan)
     for action in plan.after:
         _do(storage, plan, action)
