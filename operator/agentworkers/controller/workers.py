@@ -85,15 +85,17 @@ def gather(
     config = storage.get("agentconfigs", namespace, spec["agent"])
     ref = (((config or {}).get("spec") or {}).get("model") or {}).get("providerRef")
     parent_name = spec.get("parent")
-    parent = storage.get("workers", namespace, parent_name) if parent_name else None
     ended = status.get("phase") in TERMINAL_PHASES
     chain: list[Body] = [body]
     broken = None
     if parent_name and not ended and not spec.get("kill"):
         try:
-            chain = lineage.ancestry(storage, namespace, body)
+            chain = lineage.ancestry(storage, namespace, body)  # the one walk up a pass makes
         except UnknownWorkerError as e:
             broken = e
+    parent = chain[1] if len(chain) > 1 else None
+    if parent_name and parent is None:
+        parent = storage.get("workers", namespace, parent_name)
     pod = pools.run_pod(storage, namespace, body)
     if pod is None and status.get("pod") and not ended and not spec.get("kill"):
         # The store may not have seen the pod (yet): the API decides before the run fails.
@@ -289,7 +291,9 @@ def _start(storage: Repository, plan: Plan, start: Start) -> Body:
     return created
 
 
-def _stop_below(storage: Repository, namespace: str, name: str, cause: str, now: Any) -> None:
+def _stop_below(
+    storage: Repository, namespace: str, name: str, cause: str, now: dt.datetime
+) -> None:
     """Every live run below `name` stops, each planned by `worker_plan.stop` and written
     once: its pod first, then its status and its Event."""
     for child in storage.children(namespace, name):

@@ -137,6 +137,18 @@ def ctx(body: dict[str, Any], **kw: Any) -> Context:
 
 
 MISSING = "AgentConfig 'planner' does not exist"
+SPENT = "TreeBudgetExhausted: the tree used 1000 of its 1000 tokens"
+SPENT_ROOT = worker(
+    "root", status={"tree": {"tokensUsed": 1000, "tokenBudget": 1000, "budgetExhausted": True}}
+)
+
+
+def config_with_tree(**tree: Any) -> dict[str, Any]:
+    body = config()
+    body["spec"]["tree"] = tree
+    return body
+
+
 KILLED = "killed by alice: not needed"
 IDLE = "Idle for 60 s (idleTimeoutSeconds): the run is Done and its pod freed"
 BROKEN = "spec.parent: worker 'ghost', an ancestor of this run, does not exist"
@@ -282,6 +294,50 @@ ROWS = {
         },
         before=(StopBelow,),
         events=("Killed",),
+    ),
+    "its tree spent its budget: it stops, and the runs below stop themselves": Row(
+        ctx(
+            worker(status=RUNNING, parent="root"),
+            pod=pod(),
+            parent=SPENT_ROOT,
+            chain=(worker(status=RUNNING, parent="root"), SPENT_ROOT),
+        ),
+        {
+            **RUNNING,
+            "observedGeneration": 1,
+            "phase": "Killed",
+            "error": SPENT,
+            "lastEvent": f"killed by root: {SPENT}",
+            "conditions": [
+                RUNNING["conditions"][0],
+                condition("Killed", "True", "Killed", f"killed by root: {SPENT}"),
+                *ready("False", "Killed", f"killed by root: {SPENT}", "Killed", ago(30)),
+            ],
+        },
+        before=(DeletePod,),
+        events=("TreeBudgetExhausted",),
+    ),
+    "a top-level run past its tree's budget marks it spent, and is told once": Row(
+        ctx(
+            worker(status={**RUNNING, "tokensUsed": {"prompt": 900, "completion": 100}}),
+            config=config_with_tree(tokenBudget=1000),
+            pod=pod(),
+            below=(worker("a", parent="w", status={"phase": "Running"}),),
+        ),
+        {
+            **RUNNING,
+            "observedGeneration": 1,
+            "tokensUsed": {"prompt": 900, "completion": 100, "estimated": 0},
+            "tree": {
+                "runs": 1,
+                "live": 1,
+                "tokensUsed": 1000,
+                "tokenBudget": 1000,
+                "budgetExhausted": True,
+                "summedAt": AT,
+            },
+        },
+        events=("TreeBudgetExhausted",),
     ),
     "an ancestor is missing: it fails closed": Row(
         ctx(
