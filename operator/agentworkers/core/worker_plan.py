@@ -292,10 +292,9 @@ def decide(ctx: Context) -> Plan:
     except REFUSALS as error:
         if (ctx.body.get("status") or {}).get("phase") == "Failed":
             return Plan(ctx.body, WorkerSpec(agent="?"), _status(ctx.body), ctx.now, quiet=True)
-        plan = Plan(
-            ctx.body, WorkerSpec(agent=ctx.body.get("spec", {}).get("agent") or "?"),
-            WorkerStatus(), ctx.now,
-        )  # fmt: skip
+        # A spec that does not decode (admission was off): fail once, naming the field.
+        agent = (ctx.body.get("spec") or {}).get("agent") or "?"
+        plan = Plan(ctx.body, WorkerSpec(agent=agent), WorkerStatus(), ctx.now)
         fail(plan, error)
         return plan
     try:
@@ -308,6 +307,7 @@ def decide(ctx: Context) -> Plan:
 
 
 def _decide(ctx: Context, plan: Plan) -> None:
+    """The steps of docs/architecture.md's picture, in order; a refusal ends the run."""
     if not plan.spec.parent:
         _account(ctx, plan)
     _mcp_servers(plan)
