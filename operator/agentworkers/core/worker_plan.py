@@ -66,7 +66,7 @@ from agentworkers.core.spawning import (
 from agentworkers.core.tracing import check_child_trace
 from agentworkers.core.tree import Shape, check_tree, tokens_used
 from agentworkers.errors import REFUSALS, Refusal, RunFailedError, describe
-from agentworkers.virtualagent import Profile
+from agentworkers.virtualagent import Binding, Profile
 
 Body = dict[str, Any]
 
@@ -328,8 +328,13 @@ def _decide(ctx: Context, plan: Plan) -> None:
     if plan.spec.profile and not plan.status.pod:
         # Until the run starts, every pass checks the binding is the one written for it.
         annotation = plan.annotations.get(BINDING_ANNOTATION)
-        if check_binding(plan.spec, annotation, plan.status.binding, parent) is None:
+        binding = check_binding(plan.spec, annotation, plan.status.binding, parent)
+        if binding is None:
             _bind(ctx, plan, parent, active)
+        elif plan.status.binding is None:
+            # Bound by a pass whose status write did not land (a conflict, an API error
+            # after the binding): the binding is its own (checked above); say so now.
+            _bound(plan, binding, parent.frozen.name if parent and parent.frozen else "")
     elif ctx.parent is not None:
         _adopt(ctx, plan, {}, {})
     if _suspended(plan):
@@ -434,6 +439,12 @@ def _bind(ctx: Context, plan: Plan, parent: ParentRun | None, live: RevisionRef)
         {BINDING_ANNOTATION: encode_binding(binding)},
         {AGENT_LABEL: plan.spec.agent, REVISION_LABEL: revision},
     )
+    _bound(plan, binding, revision)
+
+
+def _bound(plan: Plan, binding: Binding, revision: str) -> None:
+    """What status says of a binding: its summary (what later passes check it against),
+    its revision, ProfileBound."""
     plan.update(binding=summary(binding), revision=revision or None)
     plan.condition(
         reasons.PROFILE_BOUND,

@@ -471,6 +471,24 @@ def test_a_bound_child_runs_its_profile_and_is_in_its_parent_s_role() -> None:
     assert any(r.get("resourceNames") == ["w"] for r in parent_role["rules"])
 
 
+def test_a_binding_whose_status_write_was_lost_is_recorded_by_the_next_pass() -> None:
+    """The binding landed, the status write after it did not (one write a pass: a
+    conflict, or an API error in between): the next pass records the binding it finds."""
+    memory = Memory()
+    planner(memory)
+    started(memory, "parent")
+    bound_child(memory, "w", "translator")
+    memory.objects[("workers", "ns", "w")].pop("status")
+    reconcile(memory, "w")
+    status = memory.find("workers", "w")["status"]  # type: ignore[index]
+    assert status["binding"]["key"] == "translator"
+    bound = next(c for c in status["conditions"] if c["type"] == "ProfileBound")
+    assert (bound["status"], bound["reason"]) == ("True", "Bound")
+    resume(memory, "w")
+    reconcile(memory, "w")
+    assert memory.find("pods", "w") is not None
+
+
 def test_below_a_profile_run_the_bounds_are_inherited() -> None:
     memory = Memory()
     _below_a_profile_run(memory)
