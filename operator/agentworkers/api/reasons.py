@@ -49,7 +49,6 @@ SUSPENDED: Final = "Suspended"  # Started=False until spec.suspend is cleared
 BOUND: Final = "Bound"  # ProfileBound=True
 POD_CREATED: Final = "PodCreated"  # Started=True
 RUNNING: Final = "Running"  # Ready=True
-KILLING: Final = "Killing"  # Killed=Unknown: the pod is being deleted
 # Queued (AgentConfig spec.worker.queueName): Queued=True with Kueue's own reason for the
 # wait (its Workload's QuotaReserved condition, e.g. Pending), or this one until Kueue has
 # made that Workload; Queued=False and one Normal Event once Kueue admits the pod.

@@ -52,13 +52,16 @@ register_store(
 )
 
 
-def _if_mine(memo: kopf.Memo, reconcile: Callable[..., None]) -> Callable[[str, str], None]:
+def _if_mine(
+    memo: kopf.Memo, reconcile: Callable[..., float | None]
+) -> Callable[[str, str], float | None]:
     """A reconcile that passes over namespaces this replica does not serve (a retry may
     fire after the shard went to another replica)."""
 
-    def attempt(namespace: str, name: str) -> None:
+    def attempt(namespace: str, name: str) -> float | None:
         if memo.shards.owns(namespace):
-            reconcile(memo.storage, namespace, name)
+            return reconcile(memo.storage, namespace, name)
+        return None
 
     return attempt
 

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from agentworkers.api import reasons
-from agentworkers.api.agentconfig import AgentConfigSpec, RevisionRef, TreeLimits
-from agentworkers.api.worker import TERMINAL_PHASES, InheritedBounds, WorkerStatus
+from agentworkers.api.agentconfig import AgentConfigSpec, TreeLimits
+from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.core import spawning
 from agentworkers.core.spawning import ParentRun
-from agentworkers.core.tracing import trace_id_of
-from agentworkers.core.tree import Shape
+from agentworkers.core.tree import Shape, tokens_used
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.repository import Repository
 
@@ -38,40 +38,8 @@ def parent_run(
     itself or an ancestor) that bounds it, if any."""
     if parent_body is None:
         return None, None
-    ancestor = profile_ancestor(storage, namespace, parent_body)
-    bounded_by = (
-        InheritedBounds(worker=ancestor["metadata"]["name"], profile=ancestor["spec"]["profile"])
-        if ancestor is not None
-        else None
-    )
-    parent = ParentRun(
-        name=parent_body["metadata"]["name"],
-        agent=(parent_body.get("spec") or {}).get("agent", ""),
-        frozen=_frozen(parent_body),
-        bounded_by=bounded_by,
-        deadline_at=(parent_body.get("status") or {}).get("deadlineAt"),
-        trace_id=trace_id_of(
-            (parent_body.get("spec") or {}).get("traceparent"), parent_body["metadata"]["uid"]
-        ),
-    )
-    return parent, ancestor
-
-
-def profile_ancestor(
-    storage: Repository, namespace: str, body: dict[str, Any]
-) -> dict[str, Any] | None:
-    """The nearest Worker from `body` up its parent chain that runs under a profile.
-
-    A missing link fails closed: what cannot be shown unbounded is not treated as such.
-    """
-    return next(
-        (
-            run
-            for run in ancestry(storage, namespace, body)
-            if (run.get("spec") or {}).get("profile")
-        ),
-        None,
-    )
+    chain = ancestry(storage, namespace, parent_body)
+    return spawning.parent_run(chain), spawning.profile_run(chain)
 
 
 class Lookup(Protocol):
@@ -158,12 +126,6 @@ def tree_shape(
     return Shape(root, parent, len(chain), children, live, tokens)
 
 
-def tokens_used(body: dict[str, Any]) -> int:
-    """The tokens a run's runtime reported it used."""
-    used = (body.get("status") or {}).get("tokensUsed") or {}
-    return int(used.get("prompt") or 0) + int(used.get("completion") or 0)
-
-
 def descendants(storage: Tree, namespace: str, root: str) -> list[dict[str, Any]]:
     """Every run below `root`, from the store's index (parents before their children)."""
     found, below = [], [root]
@@ -229,10 +191,3 @@ class Admitted:
                     if all(expiry < now for expiry, _ in spawns.values()):
                         del self._trees[key]
             self._trees.setdefault((namespace, root), {})[child] = (now + self.TTL, parent)
-
-
-def _frozen(body: dict[str, Any]) -> RevisionRef | None:
-    try:
-        return WorkerStatus.model_validate(body.get("status") or {}).frozen_revision
-    except ValidationError:
-        return None  # an unreadable status has frozen nothing the operator can trust

@@ -7,7 +7,7 @@ and surplus warm pods (each only at the version it saw: a pod claimed meanwhile 
 deleted), makes new ones (each its own ServiceAccount first, which then goes with its
 pod), and writes the pool's counts to the AgentConfig's status.
 
-A run's pass (`claim`, from `worker_start.start`) gives it a ready warm pod of its agent
+A run's pass (`claim`, from `workers.carry_out`) gives it a ready warm pod of its agent
 at its revision and with its pod's settings, found in the store: one patch with the pod's
 resourceVersion as precondition, so no pod serves two runs; none ready, the caller
 creates the pod cold at once.
@@ -222,13 +222,6 @@ def run_pod(
     return None
 
 
-def claimed_account(pod: dict[str, Any]) -> str | None:
-    """The ServiceAccount of a warm pod a run claimed (named as the pod); None for a pod
-    made for its run, which runs as the run's own account."""
-    labels = pod["metadata"].get("labels") or {}
-    return str(pod["metadata"]["name"]) if labels.get(CLAIMED_LABEL) else None
-
-
 def spawner(storage: Repository, username: str, namespace: str) -> str | None:
     """The run whose runtime `username` is, when it is a warm pod's account: the run that
     claimed the pod of that name (a warm pod no run claimed, or a pod of that name that is
@@ -239,7 +232,7 @@ def spawner(storage: Repository, username: str, namespace: str) -> str | None:
     if account == username or not pools.is_pool_account(account):
         return None
     pod = storage.get_pod(namespace, account) or {"metadata": {}}
-    if claimed_account(pod) != account:
+    if pools.claimed_account(pod) != account:
         return ""
     return str(pod["metadata"]["labels"].get(WORKER_LABEL) or "")
 

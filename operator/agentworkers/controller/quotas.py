@@ -10,13 +10,12 @@ where they outlive the Workers (collected) and the operator (restarted).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,9 +24,8 @@ from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import metrics
-from agentworkers.controller.lineage import tokens_used
-from agentworkers.core.pods import pod_name
 from agentworkers.core.quota import Run, Usage, account, check_spawn, in_scope
+from agentworkers.core.tree import tokens_used
 from agentworkers.errors import ApiError
 from agentworkers.kube.repository import Repository
 
@@ -117,7 +115,8 @@ def usages(
 _LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
-def _lock(namespace: str) -> threading.Lock:
+def lock(namespace: str) -> threading.Lock:
+    """The lock under which a namespace's spawns and run starts are counted."""
     return _LOCKS[zlib.crc32(namespace.encode()) % len(_LOCKS)]
 
 
@@ -167,7 +166,7 @@ def check(
     if not storage.in_namespace(PLURAL, namespace):
         return
     budget = budget_of(storage, namespace)(agent)
-    with _lock(namespace):
+    with lock(namespace):
         now = dt.datetime.now(dt.UTC)
         bodies = storage.in_namespace("workers", namespace)
         unseen = pending.unseen(namespace, {b["metadata"]["name"] for b in bodies})
@@ -177,31 +176,6 @@ def check(
                 check_spawn(body["metadata"]["name"], spec, usage, budget, held)
         if not dry_run and budget is not None:
             pending.add(namespace, name, agent, budget)
-
-
-@contextlib.contextmanager
-def place(storage: Repository, namespace: str, name: str, agent: str) -> Iterator[None]:
-    """Hold the run's place under its namespace's quotas while it starts, if it fits:
-    counting the runs started (those with a pod), since admission counted from a store a
-    burst may outrun, or was off. A run that slipped past fails here (TokenQuotaError),
-    before any pod of its."""
-    if not storage.in_namespace(PLURAL, namespace):
-        yield
-        return
-    budget = budget_of(storage, namespace)(agent)
-
-    def started(body: dict[str, Any]) -> bool:
-        other = body["metadata"]["name"]
-        return other != name and (
-            bool((body.get("status") or {}).get("pod"))
-            or storage.get_pod(namespace, pod_name(other)) is not None
-        )
-
-    with _lock(namespace):
-        for body, spec, usage in usages(storage, namespace, dt.datetime.now(dt.UTC), started):
-            if in_scope(spec, agent):
-                check_spawn(body["metadata"]["name"], spec, usage, budget)
-        yield
 
 
 def account_all(

@@ -10,8 +10,8 @@ gives every reconcile of a kind these rules:
 * **One pass per object at a time.** A pass asked for while one runs is not run beside
   it: the object goes back on the queue when the running pass ends. An object waiting in
   the queue is there once, however many events asked for it.
-* **Passes at a time**: a pass that raises `Later` runs again after its delay (the
-  soonest, when an earlier pass asked for a later one).
+* **Passes at a time**: a pass that returns a delay (or raises `Later`) runs again after
+  it (the soonest, when an earlier pass asked for a later one).
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
   AgentConfig), runs the object again later, one pending retry per object (the nearest), the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
@@ -62,7 +62,7 @@ class Requeue:
         self,
         kind: str,
         handler: str,
-        reconcile: Callable[[str, str], None],
+        reconcile: Callable[[str, str], float | None],
         *,
         threads: int = 1,
     ) -> None:
@@ -118,8 +118,9 @@ class Requeue:
         namespace, name = key
         ref = {"k8s_ref": {"kind": self.kind, "name": name, "namespace": namespace}}
         result = "success"
+        again = None
         try:
-            self._reconcile(namespace, name)
+            again = self._reconcile(namespace, name)
         except kopf.TemporaryError as e:
             result = "requeue_after" if isinstance(e, Later) else "wait"
             self._after(key, e.delay or 5)
@@ -134,6 +135,9 @@ class Requeue:
             log.exception("%s %s/%s: the pass failed", self.kind, namespace, name, extra=ref)
         else:
             self.forget(key)
+            if again is not None:
+                result = "requeue_after"
+                self._after(key, again)
         finally:
             metrics.RECONCILES.labels(handler=self._handler, result=result).inc()
 

@@ -64,6 +64,7 @@ def abnormal_conditions(
     *,
     stalled: bool,
     reconciling: bool,
+    at: str | None = None,
 ) -> tuple[Condition, ...]:
     """kstatus' "abnormal-true" pair. kstatus (Flux's health checks, `kubectl wait`) reads
     Reconciling=True as in progress, Stalled=True as failed (its message is what Flux
@@ -77,5 +78,6 @@ def abnormal_conditions(
             reason,
             message if holds else "",
             generation,
+            at,
         )
     return tuple(conditions)

@@ -326,3 +326,10 @@ def claimable(
         and (now - p.created).total_seconds() < idle
     ]
     return sorted(found, key=lambda p: p.created)
+
+
+def claimed_account(pod: dict[str, Any]) -> str | None:
+    """The ServiceAccount of a warm pod a run claimed (named as the pod); None for a pod
+    made for its run, which runs as the run's own account."""
+    labels = pod["metadata"].get("labels") or {}
+    return str(pod["metadata"]["name"]) if labels.get(CLAIMED_LABEL) else None

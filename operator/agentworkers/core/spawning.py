@@ -12,7 +12,7 @@ profile: `ancestor_profile` is what it inherits.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +21,9 @@ from pydantic import ValidationError
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import BINDING_ANNOTATION
-from agentworkers.api.worker import BindingSummary, InheritedBounds, WorkerSpec
+from agentworkers.api.worker import BindingSummary, InheritedBounds, WorkerSpec, WorkerStatus
 from agentworkers.core.revisions import frozen_map
+from agentworkers.core.tracing import trace_id_of
 from agentworkers.virtualagent import (
     Binding,
     MissingProfileError,
@@ -51,6 +52,42 @@ class ParentRun:
     deadline_at: str | None = None
     # The trace the parent's run is in (core.tracing): its children's runs are in it too.
     trace_id: int = 0
+
+
+def profile_run(chain: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The nearest run of `chain` (a run, then every run above it) that runs under a
+    profile."""
+    return next((run for run in chain if (run.get("spec") or {}).get("profile")), None)
+
+
+def parent_run(chain: Sequence[dict[str, Any]]) -> ParentRun | None:
+    """What a spawn below `chain[0]` is checked against (`chain`: that run, then every run
+    above it): the parent run, and the profile run that bounds it, if any."""
+    if not chain:
+        return None
+    body = chain[0]
+    ancestor = profile_run(chain)
+    return ParentRun(
+        name=body["metadata"]["name"],
+        agent=(body.get("spec") or {}).get("agent", ""),
+        frozen=_frozen(body),
+        bounded_by=(
+            InheritedBounds(
+                worker=ancestor["metadata"]["name"], profile=ancestor["spec"]["profile"]
+            )
+            if ancestor is not None
+            else None
+        ),
+        deadline_at=(body.get("status") or {}).get("deadlineAt"),
+        trace_id=trace_id_of((body.get("spec") or {}).get("traceparent"), body["metadata"]["uid"]),
+    )
+
+
+def _frozen(body: dict[str, Any]) -> RevisionRef | None:
+    try:
+        return WorkerStatus.model_validate(body.get("status") or {}).frozen_revision
+    except ValidationError:
+        return None  # an unreadable status has frozen nothing the operator can trust
 
 
 def check_spawn(

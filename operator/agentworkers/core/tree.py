@@ -11,6 +11,7 @@ the tree's lock, the runs it has started.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentworkers.api import reasons
 from agentworkers.api.agentconfig import TreeLimits
@@ -73,3 +74,9 @@ def check_tree(
             "spec.parent",
             reason=reasons.TREE_BUDGET,
         )
+
+
+def tokens_used(body: dict[str, Any]) -> int:
+    """The tokens a run's runtime reported it used."""
+    used = (body.get("status") or {}).get("tokensUsed") or {}
+    return int(used.get("prompt") or 0) + int(used.get("completion") or 0)

@@ -62,8 +62,7 @@ def running(memory: Memory) -> None:
 
 
 def reconcile(memory: Memory, name: str) -> None:
-    with contextlib.suppress(kopf.TemporaryError):
-        workers.reconcile(memory, "ns", name)
+    workers.reconcile(memory, "ns", name)
 
 
 def test_a_pass_fills_the_pool_each_pod_with_an_account_of_its_own(memory: Memory) -> None:
