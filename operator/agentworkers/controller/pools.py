@@ -31,7 +31,7 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import AGENT_LABEL, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.controller import metrics
+from agentworkers.controller import identities, metrics
 from agentworkers.controller.requeue import Later
 from agentworkers.core import pools
 from agentworkers.core.effective import EffectiveConfig, resolve
@@ -53,12 +53,15 @@ def reconcile(
     """One pass over the warm pool of AgentConfig `name`."""
     body = storage.get("agentconfigs", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
+        identities.forget(namespace, name)
         return  # its pods and their accounts go with it (ownerReferences)
     try:
         config = AgentConfigSpec.model_validate(body["spec"])
     except ValidationError:
         return  # its own pass reports the fault
     config = config.model_copy(update={"worker": config.worker.over(pod_defaults or WorkerPod())})
+    # Its pooled identities first: a pass over them is quick, and a cold run may wait on none.
+    identity_pass = identities.PASS_SECONDS if identities.refresh(storage, body, config) else None
     status = AgentConfigStatus.model_validate(body.get("status") or {})
     active = status.active_revision
     pool = config.worker.warm_pool
@@ -103,10 +106,13 @@ def reconcile(
     known = (body.get("status") or {}).get("warmPool")
     if known != counts and (pool is not None or known is not None):
         storage.patch_status("agentconfigs", namespace, name, {"warmPool": counts})
-    if wait > 0:
-        raise Later(wait)
-    if plan.again_in is not None:
-        raise Later(plan.again_in + 1.0)
+    again = [
+        wait if wait > 0 else None,
+        plan.again_in + 1.0 if plan.again_in is not None else None,
+        identity_pass,
+    ]
+    if any(d is not None for d in again):
+        raise Later(min(d for d in again if d is not None))
 
 
 # Each pool's counts as its last pass found them: the agentworkers_warm_pods gauge sums them.

@@ -22,12 +22,13 @@ from agentworkers.api.names import (
     REVISION_LABEL,
 )
 from agentworkers.api.worker import InheritedBounds
-from agentworkers.controller import metrics, pools
+from agentworkers.controller import identities, metrics, pools
 from agentworkers.controller.worker_pass import Worker, load
 from agentworkers.core import clocks
 from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
+from agentworkers.core.identities import run_as
 from agentworkers.core.inputs import check_bounds as check_inputs
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod
@@ -129,14 +130,14 @@ def _access(
     pod: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The run's ServiceAccount, Role and RoleBinding; the binding's subject the account
-    of `pod` when it is a warm pod the run claimed."""
+    of `pod` when it is a warm pod the run claimed or runs as a pooled account."""
     children = storage.children(worker.namespace, worker.name)
     return access_objects(
         worker.body,
         worker.spec.agent,
         children,
         config.worker.service_account_annotations,
-        account=pools.claimed_account(pod) if pod is not None else None,
+        account=(pools.claimed_account(pod) or identities.of_pod(pod)) if pod is not None else None,
     )
 
 
@@ -226,11 +227,18 @@ def start(
     if created is not None:
         rbac = _access(storage, worker, config, created)[1:]
     else:
-        storage.ensure_access([account])  # the API server admits no pod naming an absent account
+        # An account of the agent's pool made ahead, if one is free: none to make first.
+        pooled = identities.take(storage, worker.body, config)
+        if pooled is None:
+            storage.ensure_access([account])  # the API server admits no pod naming an absent one
+        else:
+            run_as(pod, pooled)
         try:
             created = storage.create_pod(pod, worker.body["metadata"]["uid"])
         except Conflict as e:
             raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
+        if pooled is not None:  # the account the pod runs as (an earlier pass's, if adopted)
+            rbac = _access(storage, worker, config, created)[1:]
     _grant_rbac(storage, worker, rbac)
     metrics.SPAWNS.inc()
     born = clocks.parse(worker.body["metadata"]["creationTimestamp"])

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentworkers.api import GROUP
-from agentworkers.api.names import WORKER_LABEL
+from agentworkers.api.names import IDENTITY_LABEL, WORKER_LABEL
+from agentworkers.core.identities import is_pool_account
 from agentworkers.core.owners import owner_reference
 
 ACCOUNT_PREFIX = "worker-"
@@ -74,7 +75,8 @@ def access_objects(
 ) -> list[dict[str, Any]]:
     """ServiceAccount (with `annotations`: workload identity), Role and RoleBinding of one
     worker's runtime, owned by the Worker. `account`: the ServiceAccount the RoleBinding
-    binds instead of the run's own (a warm pod's, once the run claimed it)."""
+    binds instead of the run's own (a warm pod's, once the run claimed it, or a pooled
+    one: the RoleBinding then carries its name, so the pool sees when none names it)."""
     meta = worker_body["metadata"]
     name = account_name(meta["name"])
     owned = {
@@ -83,6 +85,7 @@ def access_objects(
         "labels": {WORKER_LABEL: meta["name"]},
         "ownerReferences": [owner_reference(worker_body)],
     }
+    pooled = {IDENTITY_LABEL: account} if account and is_pool_account(account) else {}
     return [
         {
             "apiVersion": "v1",
@@ -99,7 +102,7 @@ def access_objects(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": owned,
+            "metadata": {**owned, "labels": {**owned["labels"], **pooled}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [
                 {"kind": "ServiceAccount", "name": account or name, "namespace": meta["namespace"]}
