@@ -133,9 +133,7 @@ def test_an_account_taken_by_a_run_whose_pod_never_came_is_held_then_rested(
 ) -> None:
     pool_pass(memory)
     body = memory.put("workers", worker("w"))
-    config = identities.AgentConfigSpec.model_validate(
-        memory.find("agentconfigs", "planner")["spec"]
-    )
+    config = AgentConfigSpec.model_validate(memory.find("agentconfigs", "planner")["spec"])
     taken = identities.take(memory, body, config)
     assert taken is not None and identities.take(memory, body, config) == taken  # the same run
     clock.now += RESERVED_SECONDS - 1
