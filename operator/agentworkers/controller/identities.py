@@ -5,7 +5,8 @@ A pool pass (`refresh`, from the warm pool's pass, on its queue: off every run's
 reads which accounts are free (`core.identities.plan`: no pod of the store runs as one,
 no pod and no RoleBinding of it left in the API, and quarantined a while since), keeps
 `spec.worker.identityPool` of them free, making new ones (owned by the AgentConfig:
-removed with the agent) and deleting stale ones.
+removed with the agent) once takes pause, as the warm pool refills, and deleting stale
+ones.
 
 A run's pass (`take`, from `worker_start.start`) takes a free one, with no write: the
 pool lives in this process, which alone serves the namespace (one active replica, or
@@ -28,6 +29,7 @@ from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL, WORKER_L
 from agentworkers.controller import metrics
 from agentworkers.core import identities
 from agentworkers.core.owners import owner_reference
+from agentworkers.core.pools import refill_wait
 from agentworkers.kube.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,11 @@ _lock = threading.Lock()
 _pools: dict[tuple[str, str], _Pool] = {}
 # Accounts given to a run whose pod the store does not show yet: account -> (run uid, when).
 _reserved: dict[str, tuple[str, float]] = {}
+# By pool: when this process last gave one of its accounts to a run, and since when its
+# pass has been waiting to refill it (`core.pools.refill_wait`: a burst's pods are not
+# made beside the refill's accounts, on the API server they share).
+_last_take: dict[tuple[str, str], float] = {}
+_short_since: dict[tuple[str, str], float] = {}
 
 
 def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSpec) -> str | None:
@@ -69,6 +76,7 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
             if holder == uid:
                 return name
         pool = _pools.get((namespace, worker_body["spec"]["agent"]))
+        key = (namespace, worker_body["spec"]["agent"])
         while pool is not None and pool.free:
             name = pool.free.pop(0)
             # The store's word too: no pod runs as it (another replica's, say).
@@ -76,7 +84,8 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
                 namespace, IDENTITY_LABEL, name
             ):
                 continue
-            _reserved[name] = (uid, time.monotonic())
+            at = time.monotonic()
+            _reserved[name], _last_take[key] = (uid, at), at
             pool.fresh.discard(name)
             pool.free_since.pop(name, None)
             metrics.IDENTITY_TAKES.inc()
@@ -132,9 +141,17 @@ def refresh(storage: Repository, body: dict[str, Any], config: AgentConfigSpec |
             pool.fresh.discard(name)
     for name in doomed:
         storage.delete_account(namespace, name, pool.uids.pop(name, ""))
-    if config is not None:
-        for _ in range(plan.create):
-            _create(storage, body, config, pool, want)
+    wait = 0.0
+    if config is not None and plan.create:
+        with _lock:
+            short_since = _short_since.setdefault(key, now)
+            wait = refill_wait(_last_take.get(key), short_since, now)
+        if wait <= 0:
+            for _ in range(plan.create):
+                _create(storage, body, config, pool, want)
+    if wait <= 0:
+        with _lock:
+            _short_since.pop(key, None)
     with _lock:
         if not pool.accounts and not size:
             _pools.pop(key, None)
@@ -147,6 +164,8 @@ def forget(namespace: str, agent: str) -> None:
     """The AgentConfig is going: its accounts go with it (ownerReferences)."""
     with _lock:
         _pools.pop((namespace, agent), None)
+        _last_take.pop((namespace, agent), None)
+        _short_since.pop((namespace, agent), None)
 
 
 def _count(of: Any) -> float:

@@ -16,6 +16,7 @@ from agentworkers.api import AgentConfigSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL
 from agentworkers.controller import configs, identities, pools, workers
 from agentworkers.core.identities import QUARANTINE_SECONDS, RESERVED_SECONDS
+from agentworkers.core.pools import REFILL_QUIET
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import CONFIG, PROFILES, worker
 
@@ -35,6 +36,8 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
     monkeypatch.setattr(identities.time, "monotonic", clock)
     monkeypatch.setattr(identities, "_pools", {})
     monkeypatch.setattr(identities, "_reserved", {})
+    monkeypatch.setattr(identities, "_last_take", {})
+    monkeypatch.setattr(identities, "_short_since", {})
     yield clock
 
 
@@ -69,7 +72,7 @@ def pooled(memory: Memory) -> set[str]:
     }
 
 
-def test_a_cold_run_takes_a_pooled_account_and_makes_none(memory: Memory) -> None:
+def test_a_cold_run_takes_a_pooled_account_and_makes_none(memory: Memory, clock: Clock) -> None:
     pool_pass(memory)
     made = pooled(memory)
     assert len(made) == 2
@@ -87,7 +90,10 @@ def test_a_cold_run_takes_a_pooled_account_and_makes_none(memory: Memory) -> Non
     assert ours == [("POST", "pods", "w"), ("POST", "Role", "worker-w"),
                     ("POST", "RoleBinding", "worker-w")]  # fmt: skip
     assert memory.find("ServiceAccount", "worker-w") is None
-    # The pool refills; the account the run holds is not free.
+    # The pool refills once takes pause; the account the run holds is not free.
+    pool_pass(memory)
+    assert len(pooled(memory)) == 2
+    clock.now += REFILL_QUIET
     pool_pass(memory)
     assert len(pooled(memory)) == 3
     assert account not in identities._pools[("ns", "planner")].free
@@ -153,8 +159,8 @@ def test_a_process_started_again_rests_every_account_before_it_gives_one(
     memory.put("workers", worker("w"))
     reconcile(memory, "w")
     account = memory.find("pods", "w")["spec"]["serviceAccountName"]
-    monkeypatch.setattr(identities, "_pools", {})
-    monkeypatch.setattr(identities, "_reserved", {})
+    for state in ("_pools", "_reserved", "_last_take", "_short_since"):
+        monkeypatch.setattr(identities, state, {})
     pool_pass(memory)
     # The run's account is in use (its pod); the other was never used, but this process
     # cannot tell: it rests too, and the pool is refilled meanwhile.
