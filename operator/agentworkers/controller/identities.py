@@ -130,7 +130,29 @@ def refresh(storage: Repository, body: dict[str, Any], config: AgentConfigSpec |
     want = identities.annotations_hash(
         config.worker.service_account_annotations if config is not None else None
     )
-    seen = [_state(storage, namespace, pool, name, now) for name in list(pool.accounts)]
+    names = list(pool.accounts)
+    busy = {n for n in names if _busy(storage, namespace, pool, n, now)}
+    with _lock:
+        unconfirmed = [
+            n for n in names if n not in busy and n not in pool.free_since and n not in pool.fresh
+        ]
+    if unconfirmed:
+        left = _left(storage, namespace)
+        with _lock:
+            for name in unconfirmed:
+                if name not in left:
+                    pool.free_since.setdefault(name, now)
+    with _lock:
+        seen = [
+            identities.Account(
+                name=n,
+                annotations=pool.accounts[n],
+                busy=n in busy,
+                free_since=pool.free_since.get(n),
+                fresh=n in pool.fresh,
+            )
+            for n in names
+        ]
     plan = identities.plan(seen, size, want, now)
     with _lock:
         pool.free = [n for n in plan.free if n not in _reserved]
@@ -195,11 +217,9 @@ def _list(storage: Repository, key: tuple[str, str], pool: _Pool | None, now: fl
     return pool
 
 
-def _state(
-    storage: Repository, namespace: str, pool: _Pool, name: str, now: float
-) -> identities.Account:
-    """One account's state: busy (a pod of the store runs as it, or a run took it and its
-    pod is not in the store yet), free since when (confirmed in the API), or neither."""
+def _busy(storage: Repository, namespace: str, pool: _Pool, name: str, now: float) -> bool:
+    """Whether a pod of the store runs as the account, or a run took it and its pod is not
+    in the store yet (a reservation, held at most RESERVED_SECONDS)."""
     pods = storage.pods_labelled(namespace, IDENTITY_LABEL, name)
     with _lock:
         reserved = _reserved.get(name)
@@ -210,27 +230,18 @@ def _state(
         if busy:
             pool.fresh.discard(name)
             pool.free_since.pop(name, None)
-        since, fresh = pool.free_since.get(name), name in pool.fresh
-    if not busy and since is None and not fresh and _gone(storage, namespace, name):
-        since = now
-        with _lock:
-            pool.free_since.setdefault(name, now)
-    return identities.Account(
-        name=name,
-        annotations=pool.accounts[name],
-        busy=busy,
-        free_since=since,
-        fresh=fresh and not busy,
-    )
+    return busy
 
 
-def _gone(storage: Repository, namespace: str, name: str) -> bool:
-    """No pod that ran as the account and no RoleBinding that names it, in the API itself
-    (not a store that may lag): its tokens are refused and it holds no run's rights."""
-    selector = f"{IDENTITY_LABEL}={name}"
-    return not storage.listed("pods", namespace, selector) and not storage.listed(
-        "rolebindings", namespace, selector
-    )
+def _left(storage: Repository, namespace: str) -> set[str]:
+    """The pooled accounts a pod or a RoleBinding still names, in the API itself (not a
+    store that may lag): an account named by neither has every token of its pods refused
+    and holds no run's rights. One LIST of each for the whole namespace."""
+    return {
+        o["metadata"]["labels"][IDENTITY_LABEL]
+        for plural in ("pods", "rolebindings")
+        for o in storage.listed(plural, namespace, IDENTITY_LABEL)
+    }
 
 
 def _create(

@@ -237,12 +237,13 @@ class Memory:
         kind = {"serviceaccounts": "ServiceAccount", "rolebindings": "RoleBinding"}.get(
             plural, plural
         )
-        label, _, value = selector.partition("=")
+        label, has_value, value = selector.partition("=")
         return [
             copy.deepcopy(b)
             for (k, ns, _), b in self.objects.items()
             if (k, ns) == (kind, namespace)
-            and (b["metadata"].get("labels") or {}).get(label) == value
+            and label in (labels := b["metadata"].get("labels") or {})
+            and (not has_value or labels[label] == value)
         ]
 
     def create_account(self, account: Body) -> Body:
