@@ -2,16 +2,21 @@
 """Spawn throughput: Workers (this operator) side by side with Jobs (the Job controller).
 
     python bench/bench_scale.py [--rates 10,25,50,100] [--seconds 10] [--burst 1000]
+        [--runtime-runs 25] [--held 1000] [--no-pooled]
 
-On the local control plane, in one run: open-loop creation of Workers, and of Jobs
-(parallelism 1, a Pod Security "restricted" template) with kube-controller-manager at its
-default client limits and then unthrottled, at each rate for `--seconds`, then a burst of
-`--burst` Workers. For each it prints create -> pod seen p50/p90/p99 (from the moment the
+On the local control plane, in one run: open-loop creation of Workers (each with its own
+account, and with pooled identities), and of Jobs (parallelism 1, a Pod Security
+"restricted" template) with kube-controller-manager at its default client limits and then
+unthrottled, at each rate for `--seconds`; create -> the runtime's own Running report,
+cold, cold with pooled identities and warm, beside the Job's pod Running; the
+`--held-rate` phase again on a cluster holding `--held` Workers and as many Jobs; then a
+burst of `--burst` Workers. For each it prints create -> pod seen p50/p90/p99 (from the moment the
 create was due, so a slow client counts), whether the rate was kept up (every pod within
 KEPT_UP seconds), API reads and writes per object by resource (the API server's own
 `apiserver_request_total`), CPU ms per object of the operator, the API server and the
 controller manager (/proc), admission webhook p99 (the API server's histogram) and the
-operator's resident memory. Bounded in count and time; loopback only; run it alone.
+operator's resident memory, and the operator's own writes per Worker by resource.
+Bounded in count and time; loopback only; run it alone.
 """
 
 from __future__ import annotations
