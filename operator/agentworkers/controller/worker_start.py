@@ -3,7 +3,8 @@
 Every write here is safe to repeat: the binding carries a resourceVersion precondition
 (it is written once), the pod has a deterministic name and is adopted when a crashed pass
 made it already, the runtime's RBAC objects are created or kept (its ServiceAccount before
-the pod, its Role and RoleBinding after: two writes on the way to the pod, not four).
+the pod, its Role and RoleBinding after: two writes on the way to the pod, not four; one
+when the run takes a pooled account, `controller.identities`).
 """
 
 from __future__ import annotations
