@@ -908,6 +908,38 @@ def side_by_side(bench: Bench, rates: list[float], args: argparse.Namespace) -> 
     return results
 
 
+def alternating(bench: Bench, args: argparse.Namespace) -> None:
+    """Workers with their own account and with pooled identities, `--ab-rounds` phases of
+    each at `--held-rate` for `--ab-seconds`, one after the other, the first of each pair
+    alternating: on a shared, loaded machine the drift falls on both, and the ratio of
+    each pair is what carries over."""
+    rate, rows = args.held_rate, []
+    count = min(int(rate * args.ab_seconds), args.max_objects)
+    with controller_manager(5000):
+        for k in range(args.ab_rounds):
+            pair = {}
+            for kind in ("worker", "pooled")[:: 1 if k % 2 == 0 else -1]:
+                label = f"{kind}-{int(rate)}-ab{k}"
+                pair[kind] = bench.run(label, worker, WORKERS, count, rate)
+                bench.drop(label)
+            rows.append(pair)
+    print(f"\n== own account vs pooled identity, {count} Workers at {rate:g}/s a phase: "
+          "create->pod p50 / p99 ms, the operator's writes per Worker")  # fmt: skip
+    ratios = []
+    for k, pair in enumerate(rows):
+        own, pooled = pair["worker"], pair["pooled"]
+        ratio = pct(pooled.latencies, 0.99) / max(pct(own.latencies, 0.99), 1e-9)
+        ratios.append(ratio)
+        print(
+            f"  round {k}: own {pct(own.latencies, 0.5) * 1000:.0f} / "
+            f"{pct(own.latencies, 0.99) * 1000:.0f} ({own.own_writes.total() / own.count:.2f}), "
+            f"pooled {pct(pooled.latencies, 0.5) * 1000:.0f} / "
+            f"{pct(pooled.latencies, 0.99) * 1000:.0f} "
+            f"({pooled.own_writes.total() / pooled.count:.2f}); p99 pooled/own {ratio:.2f}"
+        )
+    print(f"  median p99 pooled/own: {pct(ratios, 0.5):.2f}")
+
+
 def on_a_held_cluster(bench: Bench, args: argparse.Namespace) -> list[Phase]:
     """The `--held-rate` phase again, Worker (per-run account, and pooled with --pooled)
     beside Job, on a cluster that already holds `--held` Workers and as many Jobs (their
@@ -1012,6 +1044,13 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--held-rate", type=float, default=25, help="that phase's rate")
     parser.add_argument(
+        "--ab-rounds",
+        type=int,
+        default=0,
+        help="pairs of phases, own account then pooled (alternating), at --held-rate",
+    )
+    parser.add_argument("--ab-seconds", type=float, default=5, help="each of their length")
+    parser.add_argument(
         "--split",
         action="store_true",
         help="admission in a process of its own (--role=admission), beside the controller",
@@ -1069,6 +1108,8 @@ def main() -> int:
             bench.price_probe()
         results += side_by_side(bench, rates, args)
         running = to_running(bench, args) if args.runtime_runs and not args.no_workers else []
+        if args.ab_rounds and not args.no_workers:
+            alternating(bench, args)
         if args.held and not args.no_workers and not args.no_jobs:
             results += on_a_held_cluster(bench, args)
         if args.burst and not args.no_workers:

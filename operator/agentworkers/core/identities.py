@@ -39,7 +39,7 @@ QUARANTINE_SECONDS = 30.0
 # under a reservation has landed, or never will, by then.
 RESERVED_SECONDS = 120.0
 # Accounts a pool pass creates at most (a large pool fills over a few passes).
-CREATE_PER_PASS = 50
+CREATE_PER_PASS = 20
 
 
 def account_name(agent: str) -> str:
