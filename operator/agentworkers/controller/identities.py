@@ -54,8 +54,9 @@ class _Pool:
 
 _lock = threading.Lock()
 _pools: dict[tuple[str, str], _Pool] = {}
-# Accounts given to a run whose pod the store does not show yet: account -> (run uid, when).
-_reserved: dict[str, tuple[str, float]] = {}
+# Accounts given to a run whose pod the store does not show yet: account -> (run uid, its
+# name, when).
+_reserved: dict[str, tuple[str, str, float]] = {}
 # By pool: when this process last gave one of its accounts to a run, and since when its
 # pass has been waiting to refill it (`core.pools.refill_wait`: a burst's pods are not
 # made beside the refill's accounts, on the API server they share).
@@ -72,7 +73,7 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
     namespace, uid = meta["namespace"], meta["uid"]
     want = identities.annotations_hash(config.worker.service_account_annotations)
     with _lock:
-        for name, (holder, _) in _reserved.items():
+        for name, (holder, _, _) in _reserved.items():
             if holder == uid:
                 return name
         pool = _pools.get((namespace, worker_body["spec"]["agent"]))
@@ -85,7 +86,7 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
             ):
                 continue
             at = time.monotonic()
-            _reserved[name], _last_take[key] = (uid, at), at
+            _reserved[name], _last_take[key] = (uid, meta["name"], at), at
             pool.fresh.discard(name)
             pool.free_since.pop(name, None)
             metrics.IDENTITY_TAKES.inc()
@@ -218,19 +219,38 @@ def _list(storage: Repository, key: tuple[str, str], pool: _Pool | None, now: fl
 
 
 def _busy(storage: Repository, namespace: str, pool: _Pool, name: str, now: float) -> bool:
-    """Whether a pod of the store runs as the account, or a run took it and its pod is not
-    in the store yet (a reservation, held at most RESERVED_SECONDS)."""
+    """Whether a pod of the store runs as the account, or a run took it and may still make
+    its pod (a reservation, held at most RESERVED_SECONDS)."""
     pods = storage.pods_labelled(namespace, IDENTITY_LABEL, name)
     with _lock:
         reserved = _reserved.get(name)
-        if reserved is not None and (pods or now - reserved[1] >= identities.RESERVED_SECONDS):
-            del _reserved[name]  # the pod records it now, or the run never made one
+    done = (
+        reserved is not None
+        and (
+            bool(pods)  # the pod records it now
+            or now - reserved[2] >= identities.RESERVED_SECONDS  # the run never made one
+            or _made_or_gone(storage, namespace, *reserved[:2])
+        )
+    )
+    with _lock:
+        if done:
+            _reserved.pop(name, None)
             reserved = None
         busy = bool(pods) or reserved is not None
         if busy:
             pool.fresh.discard(name)
             pool.free_since.pop(name, None)
     return busy
+
+
+def _made_or_gone(storage: Repository, namespace: str, uid: str, name: str) -> bool:
+    """Whether the run that took an account has recorded its pod, or is gone: either way
+    its pass makes no pod now, and whether one that ran as the account is left is the
+    API's to say (a short run's pod can come and go between two pool passes)."""
+    run = storage.get("workers", namespace, name)
+    return (
+        run is None or run["metadata"]["uid"] != uid or bool((run.get("status") or {}).get("pod"))
+    )
 
 
 def _left(storage: Repository, namespace: str) -> set[str]:

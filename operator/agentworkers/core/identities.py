@@ -10,9 +10,9 @@ rests on is decided here:
   exists (no earlier run's rights are left on it), both confirmed in the API, and then
   only after QUARANTINE_SECONDS more (the API server caches a token it accepted for 10 s);
 - an account never used (made by this process, no pod ever named it) is free at once;
-- an account a run took is the run's until a pod of its appears, or RESERVED_SECONDS
-  pass without one (its pass crashed, the run went): then it is confirmed and quarantined
-  like any other.
+- an account a run took is the run's until a pod of its appears in the store, the run
+  records its pod or is gone, or RESERVED_SECONDS pass: then it is confirmed and
+  quarantined like any other.
 
 `settle` decides, from what the store and the API show, each account's state; `plan`
 what a pool pass makes and deletes.
