@@ -1,6 +1,6 @@
 """Pooled identities on a real API server (docs/scaling.md, "Pooled identities"): the pool
 fills; a cold run runs as a pooled account, with its own Role bound to it and no account
-of its own made; no account serves two live runs, and one is given again only once the
+of its own made, and spawns only children of its own; no account serves two live runs, and one is given again only once the
 pod that ran as it is gone, and its quarantine after; an operator SIGKILLed while runs
 take accounts gives none to two live runs and loses no run."""
 
@@ -122,6 +122,36 @@ def test_a_cold_run_runs_as_a_pooled_account_with_its_own_role(
     )  # fmt: skip
     assert can.stdout.strip() == "yes"
     assert not shared
+
+
+def test_a_run_of_a_pooled_account_spawns_its_own_children_only(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    """Admission knows the run behind a pooled account (the one live pod that runs as it):
+    its runtime spawns a child of its own, and no other."""
+    agent(cluster, namespace, 2)
+    wait_until("the pool to fill", lambda: len(accounts(cluster, namespace)) == 2)
+    script = [
+        {"tool": "spawn_worker", "args": {"name": "kid", "message": "hi"}},
+        {"reply": "spawned"},
+    ]
+    client.spawn("boss", WorkerSpec(agent="planner", initial_message="go", script=script))
+    boss = settled(client, "boss", 90)
+    assert boss.status.output == "spawned"
+    account = run_as(cluster, namespace, boss.status.pod)
+    assert account.startswith("id-planner-")
+    kid = settled(client, "kid")
+    assert (kid.status.phase, kid.spec.parent) == ("Done", "boss")
+    # The same account may not create a Worker of another parent (dry run, as the account).
+    orphan = (
+        '{"apiVersion": "agentworkers.io/v1alpha1", "kind": "Worker", "metadata": '
+        '{"name": "orphan"}, "spec": {"agent": "planner", "initialMessage": "hi"}}'
+    )
+    refused = cluster.kubectl(
+        "create", "--dry-run=server", "-n", namespace, "-f", "-",
+        f"--as=system:serviceaccount:{namespace}:{account}", stdin=orphan, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "may only spawn workers whose parent is" in refused.stderr
 
 
 def test_an_account_is_given_again_only_after_its_pod_is_gone_and_its_quarantine(
