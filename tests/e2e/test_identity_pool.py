@@ -1,8 +1,9 @@
 """Pooled identities on a real API server (docs/scaling.md, "Pooled identities"): the pool
 fills; a cold run runs as a pooled account, with its own Role bound to it and no account
-of its own made, and spawns only children of its own; no account serves two live runs, and one is given again only once the
-pod that ran as it is gone, and its quarantine after; an operator SIGKILLed while runs
-take accounts gives none to two live runs and loses no run."""
+of its own made, and spawns only children of its own; no account serves two live runs,
+and one is given again only once the pod that ran as it is gone, and its quarantine
+after; an operator SIGKILLed while runs take accounts gives none to two live runs and
+loses no run."""
 
 from __future__ import annotations
 
