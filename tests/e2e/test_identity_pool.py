@@ -11,7 +11,6 @@ import copy
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import kubernetes
 import pytest
@@ -20,7 +19,7 @@ from agentworkers.api import WorkerSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL
 from agentworkers.client import Client
 from agentworkers.core.identities import QUARANTINE_SECONDS
-from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, wait_until
+from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, settled, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -39,14 +38,6 @@ def accounts(cluster: Cluster, namespace: str) -> set[str]:
         "get", "serviceaccounts", "-n", namespace, "-l", f"{IDENTITY_POOL_LABEL}=planner"
     )
     return {a["metadata"]["name"] for a in found["items"]}
-
-
-def settled(client: Client, name: str, timeout: float = 60) -> Any:
-    return wait_until(
-        f"{name} to end",
-        lambda: (i := client.get(name)).status.phase in ("Done", "Failed") and i,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture

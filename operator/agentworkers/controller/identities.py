@@ -28,6 +28,7 @@ from agentworkers.api import AgentConfigSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL, WORKER_LABEL
 from agentworkers.controller import metrics
 from agentworkers.core import identities
+from agentworkers.core.access import account_object
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pools import refill_wait
 from agentworkers.kube.repository import Repository
@@ -269,20 +270,15 @@ def _create(
 ) -> None:
     namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
     name = identities.account_name(agent)
-    annotations = config.worker.service_account_annotations
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {IDENTITY_POOL_LABEL: agent},
-            "ownerReferences": [owner_reference(body)],
-            **({"annotations": dict(annotations)} if annotations else {}),
-        },
-        "automountServiceAccountToken": True,
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {IDENTITY_POOL_LABEL: agent},
+        "ownerReferences": [owner_reference(body)],
     }
-    made = storage.create_account(account)
+    made = storage.create_account(
+        account_object(metadata, config.worker.service_account_annotations)
+    )
     with _lock:
         pool.accounts[name] = want
         pool.uids[name] = made["metadata"]["uid"]

@@ -34,6 +34,7 @@ from agentworkers.api.worker import WorkerSpec
 from agentworkers.controller import identities, metrics
 from agentworkers.controller.requeue import Later
 from agentworkers.core import pools
+from agentworkers.core.access import account_object
 from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod, owned_by, pod_name
@@ -172,20 +173,13 @@ def _create(
     owned by the AgentConfig, then handed to its pod so that it goes with it."""
     namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
     name = pools.account_name(agent)
-    annotations = config.worker.service_account_annotations
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {AGENT_LABEL: agent},
-            "ownerReferences": [owner_reference(body)],
-            **({"annotations": dict(annotations)} if annotations else {}),
-        },
-        "automountServiceAccountToken": True,
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {AGENT_LABEL: agent},
+        "ownerReferences": [owner_reference(body)],
     }
-    storage.ensure_access([account])
+    storage.ensure_access([account_object(metadata, config.worker.service_account_annotations)])
     pod = storage.create_pod(
         pools.warm_pod(template, agent, active, body, name), body["metadata"]["uid"]
     )

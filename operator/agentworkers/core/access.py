@@ -30,6 +30,19 @@ def worker_of(username: str, namespace: str) -> str | None:
     return username[len(prefix) :] if username.startswith(prefix) else None
 
 
+def account_object(
+    metadata: dict[str, Any], annotations: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A runtime's ServiceAccount of `metadata`, its token mounted, with `annotations`
+    (workload identity)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {**metadata, **({"annotations": dict(annotations)} if annotations else {})},
+        "automountServiceAccountToken": True,
+    }
+
+
 def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, Any]]:
     own = [worker]
     rules: list[dict[str, Any]] = [
@@ -87,12 +100,7 @@ def access_objects(
     }
     pooled = {IDENTITY_LABEL: account} if account and is_pool_account(account) else {}
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {**owned, **({"annotations": dict(annotations)} if annotations else {})},
-            "automountServiceAccountToken": True,
-        },
+        account_object(owned, annotations),
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
