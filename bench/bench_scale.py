@@ -2,16 +2,21 @@
 """Spawn throughput: Workers (this operator) side by side with Jobs (the Job controller).
 
     python bench/bench_scale.py [--rates 10,25,50,100] [--seconds 10] [--burst 1000]
+        [--runtime-runs 25] [--held 1000] [--no-pooled]
 
-On the local control plane, in one run: open-loop creation of Workers, and of Jobs
-(parallelism 1, a Pod Security "restricted" template) with kube-controller-manager at its
-default client limits and then unthrottled, at each rate for `--seconds`, then a burst of
-`--burst` Workers. For each it prints create -> pod seen p50/p90/p99 (from the moment the
+On the local control plane, in one run: open-loop creation of Workers (each with its own
+account, and with pooled identities), and of Jobs (parallelism 1, a Pod Security
+"restricted" template) with kube-controller-manager at its default client limits and then
+unthrottled, at each rate for `--seconds`; create -> the runtime's own Running report,
+cold, cold with pooled identities and warm, beside the Job's pod Running; the
+`--held-rate` phase again on a cluster holding `--held` Workers and as many Jobs; then a
+burst of `--burst` Workers. For each it prints create -> pod seen p50/p90/p99 (from the moment the
 create was due, so a slow client counts), whether the rate was kept up (every pod within
 KEPT_UP seconds), API reads and writes per object by resource (the API server's own
 `apiserver_request_total`), CPU ms per object of the operator, the API server and the
 controller manager (/proc), admission webhook p99 (the API server's histogram) and the
-operator's resident memory. Bounded in count and time; loopback only; run it alone.
+operator's resident memory, and the operator's own writes per Worker by resource.
+Bounded in count and time; loopback only; run it alone.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from tests.e2e.support import (  # noqa: E402
 )
 
 KEPT_UP = 5.0  # seconds: a rate is kept up when every pod appears within this
+HOLD_RATE = 100.0  # creates per second of the objects a held cluster holds
 PROBE_INTERVAL = 0.05  # seconds between the admission probe's reviews
 # Seconds the probe runs alone, the operator otherwise idle, to price its reviews: the
 # operator's CPU per Worker is shown less them too (the probe is an observer).
@@ -154,6 +160,43 @@ def own_reads(lines: list[str]) -> Counter[str]:
         if (match := OWN.match(line)) and (labels := _labels(match["labels"]))["verb"] in READS:
             counts[f"{labels['verb']} {labels['resource']}"] += int(float(match["value"]))
     return counts
+
+
+def own_writes(lines: list[str]) -> Counter[str]:
+    """The operator's own writes by verb and resource (its agentworkers_api_requests_total)."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if not (match := OWN.match(line)):
+            continue
+        labels = _labels(match["labels"])
+        if labels["verb"] in WRITES and labels["resource"] not in HEARTBEATS:
+            counts[f"{labels['verb']} {labels['resource']}"] += int(float(match["value"]))
+    return counts
+
+
+def pooled_config(size: int) -> dict[str, Any]:
+    """The bench's agent with `size` pooled identities (docs/scaling.md, "Pooled
+    identities")."""
+    config = json.loads(json.dumps(CONFIG))
+    config["spec"].setdefault("worker", {})["identityPool"] = size
+    return config
+
+
+def pool_filled(cluster: Cluster, namespace: str, size: int) -> float:
+    """Waits (bounded) for an agent's identity pool to hold `size` accounts; the seconds."""
+    began = time.monotonic()
+    wait_until(
+        f"{size} pooled identities",
+        lambda: len(
+            cluster.kubectl_json(
+                "get", "serviceaccounts", "-n", namespace, "-l",
+                "agentworkers.io/identity-pool=planner",
+            )["items"]
+        ) >= size,
+        timeout=300,
+        interval=1,
+    )  # fmt: skip
+    return time.monotonic() - began
 
 
 def passes(lines: list[str]) -> float:
@@ -383,6 +426,7 @@ class Phase:
     rss: float = float("nan")
     peak_rss: float = float("nan")
     own_reads: Counter[str] = field(default_factory=Counter)
+    own_writes: Counter[str] = field(default_factory=Counter)
     passes: float = float("nan")
     # Admission reviews sent straight to the webhook meanwhile (AdmissionProbe).
     probe: list[float] = field(default_factory=list)
@@ -457,9 +501,7 @@ class Bench:
         self, label: str, make: Callable[[str], dict[str, Any]], path: str, count: int, rate: float
     ) -> Phase:
         namespace = self.namespace(label)
-        if "worker" in label:
-            self.cluster.apply(namespace, CONFIG)
-            first_revision(self.cluster, namespace)
+        workers = self._agent(label, namespace, count)
         url = path.format(namespace=namespace)
         due: dict[str, float] = {}
         answered: dict[str, float] = {}
@@ -468,7 +510,8 @@ class Bench:
         before_r = self.answering.metrics().splitlines()
         before_lines = self.controller.metrics().splitlines()
         before_own, before_passes = own_reads(before_lines), passes(before_lines)
-        probe = AdmissionProbe(self.cluster, self.webhook, namespace) if "worker" in label else None
+        before_writes = own_writes(before_lines)
+        probe = AdmissionProbe(self.cluster, self.webhook, namespace) if workers else None
         stack = contextlib.ExitStack()
         if probe is not None:
             stack.enter_context(probe)
@@ -529,6 +572,7 @@ class Bench:
             ),
             missing=count - len(latencies),
             own_reads=own_reads(after_lines := self.controller.metrics().splitlines()) - before_own,
+            own_writes=own_writes(after_lines) - before_writes,
             passes=passes(after_lines) - before_passes,
             probe=probe.latencies if probe else [],
             probe_errors=probe.errors if probe else 0,
@@ -547,6 +591,18 @@ class Bench:
             self.failures.clear()
         self.report(phase)
         return phase
+
+    def _agent(self, label: str, namespace: str, count: int) -> bool:
+        """The agent of a Worker phase (`pooled-*`: with `count` pooled identities, all made
+        first); False: not a Worker phase."""
+        if not label.startswith(("worker", "pooled")):
+            return False
+        pooled = label.startswith("pooled")
+        self.cluster.apply(namespace, pooled_config(count) if pooled else CONFIG)
+        first_revision(self.cluster, namespace)
+        if pooled:
+            pool_filled(self.cluster, namespace, count)
+        return True
 
     def _cpu(self) -> dict[str, float]:
         # The controller manager is restarted between phases: its pid is read afresh.
@@ -613,7 +669,9 @@ class Bench:
         print(
             f"   of the reads, the operator's own per object: {p.own_reads.total() / n:.2f} {own}"
         )
-        if p.label.startswith("worker"):
+        if p.label.startswith(("worker", "pooled")):
+            mine = ", ".join(f"{k} {v / n:.2f}" for k, v in p.own_writes.most_common(8))
+            print(f"   the operator's own writes per Worker {p.own_writes.total() / n:.2f}: {mine}")
             print(f"   reconcile passes per Worker: {p.passes / n:.2f}")
             print(
                 f"   admission asked directly (past the API server): p50 "
@@ -677,6 +735,8 @@ class RuntimePhase:
     latencies: list[float]
     count: int
     note: str = ""
+    # The operator's own writes while they went to Running, by verb and resource.
+    writes: Counter[str] = field(default_factory=Counter)
 
 
 def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
@@ -689,14 +749,17 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
     results = []
     logs = Path(tempfile.mkdtemp(prefix="bench-pods-"))
     with pod_runner(bench.cluster, f"{bench.prefix}-rt", logs):
-        for label in ("rt-cold", "rt-warm"):
+        for label in ("rt-cold", "rt-pooled", "rt-warm") if args.pooled else ("rt-cold", "rt-warm"):
             namespace = bench.namespace(label)
-            config = json.loads(json.dumps(CONFIG))
+            config = pooled_config(runs) if label == "rt-pooled" else json.loads(json.dumps(CONFIG))
             if label == "rt-warm":
                 config["spec"]["worker"]["warmPool"] = {"size": runs, "idleSeconds": 3600}
             bench.cluster.apply(namespace, config)
             first_revision(bench.cluster, namespace)
             note = ""
+            if label == "rt-pooled":
+                filled = pool_filled(bench.cluster, namespace, runs)
+                note = f"pool of {runs} identities filled {filled:.0f} s after its config"
             if label == "rt-warm":
                 began = time.monotonic()
                 wait_until(
@@ -715,13 +778,15 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
                     f"idle (started, waiting) {idle_at:.0f} s after"
                 )
             path = WORKERS.format(namespace=namespace)
+            before = own_writes(bench.controller.metrics().splitlines())
             with FirstSeen(bench.cluster.api, path, runtime_running) as seen:
                 due = _open_loop(bench, path, worker, runs, rate)
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline and len(seen.seen) < runs:
                     time.sleep(0.2)
+            writes = own_writes(bench.controller.metrics().splitlines()) - before
             latencies = [seen.seen[n] - at for n, at in due.items() if n in seen.seen]
-            results.append(RuntimePhase(label, latencies, runs, note))
+            results.append(RuntimePhase(label, latencies, runs, note, writes))
             bench.drop(label)
     with controller_manager(5000):
         namespace = bench.namespace("job-rt")
@@ -743,6 +808,11 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
             f"{pct(lat, 0.99) * 1000:.0f} ms ({r.count - len(lat)} never Running)"
             + (f"; {r.note}" if r.note else "")
         )
+        if r.writes:
+            mine = ", ".join(f"{k} {v / r.count:.2f}" for k, v in r.writes.most_common(8))
+            print(
+                f"   the operator's own writes per Worker {r.writes.total() / r.count:.2f}: {mine}"
+            )
     return results
 
 
@@ -829,26 +899,118 @@ def side_by_side(bench: Bench, rates: list[float], args: argparse.Namespace) -> 
             phase(f"job-throttled-{int(rates[0])}", job, JOBS, rates[0])
     with controller_manager(5000):
         for i, rate in enumerate(rates):
-            for kind in ("worker", "job")[:: 1 if i % 2 == 0 else -1]:
-                if kind == "worker" and not args.no_workers:
-                    phase(f"worker-{int(rate)}", worker, WORKERS, rate)
+            kinds = ("worker", "pooled", "job") if args.pooled else ("worker", "job")
+            for kind in kinds[:: 1 if i % 2 == 0 else -1]:
+                if kind in ("worker", "pooled") and not args.no_workers:
+                    phase(f"{kind}-{int(rate)}", worker, WORKERS, rate)
                 elif kind == "job" and not args.no_jobs:
                     phase(f"job-unthrottled-{int(rate)}", job, JOBS, rate)
     return results
 
 
+def _quiet(bench: Bench, timeout: float = 180) -> float:
+    """Waits until the operator and the API server use less than a tenth of a core each
+    over 2 s (what a held cluster's objects set going is done); the seconds waited."""
+    began = time.monotonic()
+    pids = {"operator": bench.pids["operator"], "apiserver": control_plane()["apiserver"]}
+    while time.monotonic() - began < timeout:
+        before = {k: cpu_seconds(p) for k, p in pids.items()}
+        time.sleep(2)
+        if all(cpu_seconds(p) - before[k] < 0.2 for k, p in pids.items()):
+            break
+    return time.monotonic() - began
+
+
+def alternating(bench: Bench, args: argparse.Namespace) -> None:
+    """Workers with their own account and with pooled identities, `--ab-rounds` phases of
+    each at `--held-rate` for `--ab-seconds`, one after the other, the first of each pair
+    alternating: on a shared, loaded machine the drift falls on both, and the ratio of
+    each pair is what carries over."""
+    rate, rows = args.held_rate, []
+    count = min(int(rate * args.ab_seconds), args.max_objects)
+    with controller_manager(5000):
+        for k in range(args.ab_rounds):
+            pair = {}
+            for kind in ("worker", "pooled")[:: 1 if k % 2 == 0 else -1]:
+                label = f"{kind}-{int(rate)}-ab{k}"
+                pair[kind] = bench.run(label, worker, WORKERS, count, rate)
+                bench.drop(label)
+            rows.append(pair)
+    print(f"\n== own account vs pooled identity, {count} Workers at {rate:g}/s a phase: "
+          "create->pod p50 / p99 ms, the operator's writes per Worker")  # fmt: skip
+    ratios = []
+    for k, pair in enumerate(rows):
+        own, pooled = pair["worker"], pair["pooled"]
+        ratio = pct(pooled.latencies, 0.99) / max(pct(own.latencies, 0.99), 1e-9)
+        ratios.append(ratio)
+        print(
+            f"  round {k}: own {pct(own.latencies, 0.5) * 1000:.0f} / "
+            f"{pct(own.latencies, 0.99) * 1000:.0f} ({own.own_writes.total() / own.count:.2f}), "
+            f"pooled {pct(pooled.latencies, 0.5) * 1000:.0f} / "
+            f"{pct(pooled.latencies, 0.99) * 1000:.0f} "
+            f"({pooled.own_writes.total() / pooled.count:.2f}); p99 pooled/own {ratio:.2f}"
+        )
+    print(f"  median p99 pooled/own: {pct(ratios, 0.5):.2f}")
+
+
+def on_a_held_cluster(bench: Bench, args: argparse.Namespace) -> list[Phase]:
+    """The `--held-rate` phase again, Worker (per-run account, and pooled with --pooled)
+    beside Job, on a cluster that already holds `--held` Workers and as many Jobs (their
+    pods left by kwok as they are, never ended)."""
+    held, rate = args.held, args.held_rate
+    count = min(int(rate * args.seconds), args.max_objects)
+    results = []
+    with controller_manager(5000):
+        began = time.monotonic()
+        for label, make, path in (("held-w", worker, WORKERS), ("held-j", job, JOBS)):
+            namespace = bench.namespace(label)
+            if make is worker:
+                bench.cluster.apply(namespace, CONFIG)
+                first_revision(bench.cluster, namespace)
+            _open_loop(bench, path.format(namespace=namespace), make, held, HOLD_RATE)
+            wait_until(
+                f"{held} pods in {namespace}",
+                lambda ns=namespace: sum(k[0] == ns for k in list(bench.watch.seen)) >= held,
+                timeout=600,
+                interval=1,
+            )
+        placed = time.monotonic() - began
+        settled = _quiet(bench)
+        print(f"\n== held: {held} Workers and {held} Jobs in place after {placed:.0f} s, "
+              f"the operator and the API server quiet {settled:.0f} s later")  # fmt: skip
+        kinds = ("worker", "pooled", "job") if args.pooled else ("worker", "job")
+        for kind in kinds:
+            label = f"{'job-unthrottled' if kind == 'job' else kind}-{int(rate)}-held"
+            make, path = (job, JOBS) if kind == "job" else (worker, WORKERS)
+            results.append(bench.run(label, make, path, count, rate))
+            bench.drop(label)
+        bench.drop("held-w")
+        bench.drop("held-j")
+    return results
+
+
+KINDS = ("worker", "pooled", "job-unthrottled", "job-throttled")
+
+
 def summarize(results: list[Phase], rates: list[float]) -> None:
-    print("\n== summary (rate: Worker vs Job unthrottled vs Job throttled, create->pod p99 ms)")
+    print(
+        "\n== summary (rate: Worker (its own account), Worker (pooled identity), Job "
+        "unthrottled, Job throttled: create->pod p99 ms; the operator's writes per Worker)"
+    )
     by_label = {p.label: p for p in results}
-    for rate in rates:
+    held = sorted({p.label.rsplit("-", 2)[1] for p in results if p.label.endswith("-held")})
+    for rate in [f"{int(r)}" for r in rates] + [f"{r}-held" for r in held]:
         row = []
-        for kind in ("worker", "job-unthrottled", "job-throttled"):
-            p = by_label.get(f"{kind}-{int(rate)}")
+        for kind in KINDS:
+            p = by_label.get(f"{kind}-{rate}")
             if p:
                 mark = "" if p.kept_up else "!"
-                row.append(f"{kind} {pct(p.latencies, 0.99) * 1000:.0f}{mark}")
-        print(f"  {int(rate):4d}/s: " + ", ".join(row))
-    for kind in ("worker", "job-unthrottled", "job-throttled"):
+                writes = (
+                    f" ({p.own_writes.total() / p.count:.2f} writes)" if kind in KINDS[:2] else ""
+                )
+                row.append(f"{kind} {pct(p.latencies, 0.99) * 1000:.0f}{mark}{writes}")
+        print(f"  {rate:>8}/s: " + ", ".join(row))
+    for kind in KINDS:
         kept = [r for r in rates if (p := by_label.get(f"{kind}-{int(r)}")) and p.kept_up]
         if any(by_label.get(f"{kind}-{int(r)}") for r in rates):
             print(f"  highest rate kept up, {kind}: {max(kept, default=0):.0f}/s")
@@ -864,7 +1026,7 @@ def summarize(results: list[Phase], rates: list[float]) -> None:
     print(f"  ('!' = not kept up: a pod later than {KEPT_UP:.0f} s, or none)")
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="10,25,50,100")
     parser.add_argument("--seconds", type=float, default=10, help="per rate")
@@ -883,11 +1045,36 @@ def main() -> int:
     )
     parser.add_argument("--runtime-rate", type=float, default=25, help="their creates per s")
     parser.add_argument(
+        "--pooled",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Workers with pooled identities too (spec.worker.identityPool), beside the rest",
+    )
+    parser.add_argument(
+        "--held",
+        type=int,
+        default=1000,
+        help="Workers and as many Jobs put in place before the --held-rate phase is run "
+        "again; 0: not run",
+    )
+    parser.add_argument("--held-rate", type=float, default=25, help="that phase's rate")
+    parser.add_argument(
+        "--ab-rounds",
+        type=int,
+        default=0,
+        help="pairs of phases, own account then pooled (alternating), at --held-rate",
+    )
+    parser.add_argument("--ab-seconds", type=float, default=5, help="each of their length")
+    parser.add_argument(
         "--split",
         action="store_true",
         help="admission in a process of its own (--role=admission), beside the controller",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments()
     rates = [float(r) for r in args.rates.split(",") if r]
 
     # Stopped early, it still stops its operators and takes their webhooks along: a
@@ -936,6 +1123,10 @@ def main() -> int:
             bench.price_probe()
         results += side_by_side(bench, rates, args)
         running = to_running(bench, args) if args.runtime_runs and not args.no_workers else []
+        if args.ab_rounds and not args.no_workers:
+            alternating(bench, args)
+        if args.held and not args.no_workers and not args.no_jobs:
+            results += on_a_held_cluster(bench, args)
         if args.burst and not args.no_workers:
             burst = bench.run("worker-burst", worker, WORKERS, args.burst, 0)
             # What the operator holds with the burst's Workers in place, once it is quiet.

@@ -137,6 +137,15 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def settled(client: Any, name: str, timeout: float = 60) -> Any:
+    """The Worker `name` once it has ended, Done or Failed (its WorkerInfo)."""
+    return wait_until(
+        f"{name} to end",
+        lambda: (i := client.get(name)).status.phase in ("Done", "Failed") and i,
+        timeout=timeout,
+    )
+
+
 def built(script: str) -> Path:
     """The bin directory a hack/build-*.sh script prints last (its cached build; a cold one
     takes minutes: `make tools` does them all up front)."""

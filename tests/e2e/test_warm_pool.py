@@ -21,7 +21,7 @@ from agentworkers.api import WorkerSpec
 from agentworkers.api.names import CLAIM_ANNOTATION, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.client import Client
 from agentworkers.core.pools import Claim
-from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, wait_until
+from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, settled, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -64,14 +64,6 @@ def ready(cluster: Cluster, namespace: str, count: int) -> dict[str, int]:
 
 def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
     return list(cluster.kubectl_json("get", "pods", "-n", namespace, "-l", selector)["items"])
-
-
-def settled(client: Client, name: str, timeout: float = 60) -> Any:
-    return wait_until(
-        f"{name} to end",
-        lambda: (i := client.get(name)).status.phase in ("Done", "Failed") and i,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture

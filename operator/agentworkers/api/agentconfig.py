@@ -343,6 +343,11 @@ class Resources(KubeModel):
     limits: dict[str, StrictStr] | None = Field(default=None, description="e.g. memory: 1Gi.")
 
 
+# Bound of an agent's pool of identities: ServiceAccounts are small, but each free one is
+# an object the API server keeps.
+MAX_IDENTITY_POOL: Final = 1000
+
+
 class WorkerPod(KubeModel):
     """Where and how a worker's pod runs. The operator's install sets defaults for every
     agent (the chart's `workerDefaults`, its image included); an AgentConfig's spec.worker
@@ -376,6 +381,14 @@ class WorkerPod(KubeModel):
         default=None,
         description="Annotations of each run's own ServiceAccount (workload identity, e.g. "
         "eks.amazonaws.com/role-arn or iam.gke.io/gcp-service-account).",
+    )
+    identity_pool: StrictInt | None = Field(
+        default=None,
+        description="ServiceAccounts of this agent made ahead of its cold runs, each "
+        'reused only once the pod that ran as it is gone (docs/scaling.md, "Pooled '
+        f'identities"); 0 or unset: each run gets its own. At most {MAX_IDENTITY_POOL}.',
+        ge=0,
+        le=MAX_IDENTITY_POOL,
     )
 
     @field_validator("image")

@@ -26,6 +26,11 @@ POD_SETTINGS_LABEL: Final = f"{GROUP}/pod-settings"
 # On a warm pod a run claimed: the agent whose pool it came from (counted in its status).
 CLAIMED_LABEL: Final = f"{GROUP}/warm-claimed"
 
+# On a pooled ServiceAccount (docs/scaling.md, "Pooled identities"): the agent whose pool
+# it is. On a run's pod and its RoleBinding: the pooled ServiceAccount the run runs as.
+IDENTITY_POOL_LABEL: Final = f"{GROUP}/identity-pool"
+IDENTITY_LABEL: Final = f"{GROUP}/identity"
+
 # --- annotations ---------------------------------------------------------------------
 
 # On a profiled child: its sealed binding (key, agent, owner, revision, profile). Only the

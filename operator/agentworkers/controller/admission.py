@@ -26,7 +26,7 @@ from agentworkers.api.agentconfig import ModelDefaults
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, lineage, metrics, pools, quotas
+from agentworkers.controller import configs, identities, lineage, metrics, pools, quotas
 from agentworkers.controller.kopf_fixes import Refused
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
@@ -168,7 +168,12 @@ def validate_worker(
         raise _refuse_spawn(describe(e)) from e
     except REFUSALS as e:
         raise _refuse_spawn(e) from e
-    spawner = worker_of(username, namespace) or pools.spawner(storage, username, namespace)
+    # The run whose credentials these are: by its own account's name, or the warm pod or
+    # the pooled account it runs as ("": such an account that no run holds now).
+    spawner = worker_of(username, namespace)
+    for of_account in (pools.spawner, identities.spawner):
+        if spawner is None:
+            spawner = of_account(storage, username, namespace)
     if old is None and spawner is not None and worker.parent != spawner:
         # A runtime's credentials spawn only its own children.
         raise _refuse_spawn(

@@ -89,6 +89,20 @@ WARM_CLAIM_TO_RUNNING = Histogram(
     "Time from a warm pod's claim to its runtime's Running report, as the operator sees it.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
 )
+IDENTITY_TAKES = Counter(
+    "agentworkers_identity_takes_total",
+    "Cold runs that took a pooled ServiceAccount of their agent (no account made on their path).",
+)
+IDENTITY_MISSES = Counter(
+    "agentworkers_identity_misses_total",
+    "Cold runs of an agent with an identity pool that found none free (an account of their own).",
+)
+IDENTITY_CREATED = Counter(
+    "agentworkers_identities_created_total", "Pooled ServiceAccounts created."
+)
+IDENTITY_ACCOUNTS = Gauge(
+    "agentworkers_identities", "Pooled ServiceAccounts of every pool by state (free).", ["state"]
+)
 WORKERS = Gauge("agentworkers_workers", "Workers this operator tracks, by phase.", ["phase"])
 STORE_OBJECTS = Gauge(
     "agentworkers_store_objects",

@@ -31,9 +31,10 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import AGENT_LABEL, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.controller import metrics
+from agentworkers.controller import identities, metrics
 from agentworkers.controller.requeue import Later
 from agentworkers.core import pools
+from agentworkers.core.access import account_object
 from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod, owned_by, pod_name
@@ -53,12 +54,15 @@ def reconcile(
     """One pass over the warm pool of AgentConfig `name`."""
     body = storage.get("agentconfigs", namespace, name)
     if body is None or body["metadata"].get("deletionTimestamp"):
+        identities.forget(namespace, name)
         return  # its pods and their accounts go with it (ownerReferences)
     try:
         config = AgentConfigSpec.model_validate(body["spec"])
     except ValidationError:
         return  # its own pass reports the fault
     config = config.model_copy(update={"worker": config.worker.over(pod_defaults or WorkerPod())})
+    # Its pooled identities first: a pass over them is quick, and a cold run may wait on none.
+    identity_pass = identities.PASS_SECONDS if identities.refresh(storage, body, config) else None
     status = AgentConfigStatus.model_validate(body.get("status") or {})
     active = status.active_revision
     pool = config.worker.warm_pool
@@ -103,10 +107,13 @@ def reconcile(
     known = (body.get("status") or {}).get("warmPool")
     if known != counts and (pool is not None or known is not None):
         storage.patch_status("agentconfigs", namespace, name, {"warmPool": counts})
-    if wait > 0:
-        raise Later(wait)
-    if plan.again_in is not None:
-        raise Later(plan.again_in + 1.0)
+    again = [
+        wait if wait > 0 else None,
+        plan.again_in + 1.0 if plan.again_in is not None else None,
+        identity_pass,
+    ]
+    if any(d is not None for d in again):
+        raise Later(min(d for d in again if d is not None))
 
 
 # Each pool's counts as its last pass found them: the agentworkers_warm_pods gauge sums them.
@@ -166,20 +173,13 @@ def _create(
     owned by the AgentConfig, then handed to its pod so that it goes with it."""
     namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
     name = pools.account_name(agent)
-    annotations = config.worker.service_account_annotations
-    account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {AGENT_LABEL: agent},
-            "ownerReferences": [owner_reference(body)],
-            **({"annotations": dict(annotations)} if annotations else {}),
-        },
-        "automountServiceAccountToken": True,
+    metadata = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {AGENT_LABEL: agent},
+        "ownerReferences": [owner_reference(body)],
     }
-    storage.ensure_access([account])
+    storage.ensure_access([account_object(metadata, config.worker.service_account_annotations)])
     pod = storage.create_pod(
         pools.warm_pod(template, agent, active, body, name), body["metadata"]["uid"]
     )

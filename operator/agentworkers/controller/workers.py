@@ -19,8 +19,9 @@ from agentworkers.api import reasons
 from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import lineage, metrics, pools, quotas, tracing
+from agentworkers.controller import identities, lineage, metrics, pools, quotas, tracing
 from agentworkers.core import clocks, worker_plan
+from agentworkers.core.identities import run_as
 from agentworkers.core.pods import pod_name
 from agentworkers.core.worker_plan import (
     Access,
@@ -267,8 +268,10 @@ def _do(storage: Repository, plan: Plan, action: Action) -> None:
 
 def _start(storage: Repository, plan: Plan, start: Start) -> Body:
     """The run's pod: a ready warm pod of its pool if one is ready (no pod and no account
-    to make), else its own, after its ServiceAccount (the API server admits no pod naming
-    an absent account)."""
+    to make), else its own, as a free account of its agent's identity pool or after its
+    own ServiceAccount (the API server admits no pod naming an absent account). The
+    RoleBinding, made after the pod, names the account the pod runs as
+    (`worker_plan.started`)."""
     created = pools.claim(
         storage,
         plan.body,
@@ -280,7 +283,12 @@ def _start(storage: Repository, plan: Plan, start: Start) -> Body:
         start.effective,
     )
     if created is None:
-        storage.ensure_access([start.account])
+        # An account of the agent's pool made ahead, if one is free: none to make first.
+        pooled = identities.take(storage, plan.body, start.config)
+        if pooled is None:
+            storage.ensure_access([start.account])
+        else:
+            run_as(start.pod, pooled)
         try:
             created = storage.create_pod(start.pod, plan.uid)
         except Conflict as e:

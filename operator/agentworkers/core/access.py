@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentworkers.api import GROUP
-from agentworkers.api.names import WORKER_LABEL
+from agentworkers.api.names import IDENTITY_LABEL, WORKER_LABEL
+from agentworkers.core.identities import is_pool_account
 from agentworkers.core.owners import owner_reference
 
 ACCOUNT_PREFIX = "worker-"
@@ -27,6 +28,19 @@ def worker_of(username: str, namespace: str) -> str | None:
     """The worker whose runtime `username` is, from an admission request's user info."""
     prefix = f"system:serviceaccount:{namespace}:{ACCOUNT_PREFIX}"
     return username[len(prefix) :] if username.startswith(prefix) else None
+
+
+def account_object(
+    metadata: dict[str, Any], annotations: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """A runtime's ServiceAccount of `metadata`, its token mounted, with `annotations`
+    (workload identity)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {**metadata, **({"annotations": dict(annotations)} if annotations else {})},
+        "automountServiceAccountToken": True,
+    }
 
 
 def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, Any]]:
@@ -74,7 +88,8 @@ def access_objects(
 ) -> list[dict[str, Any]]:
     """ServiceAccount (with `annotations`: workload identity), Role and RoleBinding of one
     worker's runtime, owned by the Worker. `account`: the ServiceAccount the RoleBinding
-    binds instead of the run's own (a warm pod's, once the run claimed it)."""
+    binds instead of the run's own (a warm pod's, once the run claimed it, or a pooled
+    one: the RoleBinding then carries its name, so the pool sees when none names it)."""
     meta = worker_body["metadata"]
     name = account_name(meta["name"])
     owned = {
@@ -83,13 +98,9 @@ def access_objects(
         "labels": {WORKER_LABEL: meta["name"]},
         "ownerReferences": [owner_reference(worker_body)],
     }
+    pooled = {IDENTITY_LABEL: account} if account and is_pool_account(account) else {}
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {**owned, **({"annotations": dict(annotations)} if annotations else {})},
-            "automountServiceAccountToken": True,
-        },
+        account_object(owned, annotations),
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
@@ -99,7 +110,7 @@ def access_objects(
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": owned,
+            "metadata": {**owned, "labels": {**owned["labels"], **pooled}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [
                 {"kind": "ServiceAccount", "name": account or name, "namespace": meta["namespace"]}

@@ -40,7 +40,7 @@ from agentworkers.api.worker import (
     WorkerSpec,
     WorkerStatus,
 )
-from agentworkers.core import clocks
+from agentworkers.core import clocks, identities
 from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.conditions import Status, abnormal_conditions, set_condition
@@ -484,13 +484,13 @@ def _access(
     ctx: Context, plan: Plan, config: AgentConfigSpec, pod: Body | None = None
 ) -> list[Body]:
     """The run's ServiceAccount, Role and RoleBinding; the binding's subject the account
-    of `pod` when it is a warm pod the run claimed."""
+    of `pod` when it is a warm pod the run claimed or runs as a pooled account."""
     return access_objects(
         plan.body,
         plan.spec.agent,
         list(ctx.children),
         config.worker.service_account_annotations,
-        account=claimed_account(pod) if pod is not None else None,
+        account=(claimed_account(pod) or identities.of_pod(pod)) if pod is not None else None,
     )
 
 

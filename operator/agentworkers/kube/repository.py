@@ -78,6 +78,9 @@ class Repository(Protocol):
     def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
     def ensure_access(self, objects: list[dict[str, Any]]) -> bool: ...
+    def listed(self, plural: str, namespace: str, selector: str) -> list[dict[str, Any]]: ...
+    def create_account(self, account: dict[str, Any]) -> dict[str, Any]: ...
+    def delete_account(self, namespace: str, name: str, uid: str) -> None: ...
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool: ...
 
 
@@ -377,6 +380,17 @@ class Storage:
                 if e.status != 409:
                     raise
         return created_role
+
+    def listed(self, plural: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The objects `selector` selects, from the API itself (never the store)."""
+        return list(self.items(plural, namespace, selector))
+
+    def create_account(self, account: dict[str, Any]) -> dict[str, Any]:
+        return self.api.create("serviceaccounts", account["metadata"]["namespace"], account)
+
+    def delete_account(self, namespace: str, name: str, uid: str) -> None:
+        """Delete the ServiceAccount of this uid; gone, or another by now: nothing to do."""
+        self._delete("serviceaccounts", namespace, name, {"preconditions": {"uid": uid}})
 
     def set_role_rules(self, namespace: str, name: str, rules: list[dict[str, Any]]) -> bool:
         """Replace a Role's rules; False when the Role does not exist (yet). The rules this

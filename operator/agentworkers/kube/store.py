@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
+from agentworkers.api.names import CLAIMED_LABEL, IDENTITY_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import RUNTIME_STATUS
 
 Body = dict[str, Any]
@@ -157,8 +157,9 @@ def _digest(trimmed: Body) -> int:
 
 
 # Pod labels indexed by value: a run's pod by its Worker (a claimed warm pod's name is not
-# the Worker's), an agent's warm pods, and those of them runs claimed.
-INDEXED_POD_LABELS = (WORKER_LABEL, POOL_LABEL, CLAIMED_LABEL)
+# the Worker's), an agent's warm pods, those of them runs claimed, and the pods that run as
+# each pooled identity.
+INDEXED_POD_LABELS = (WORKER_LABEL, POOL_LABEL, CLAIMED_LABEL, IDENTITY_LABEL)
 
 
 def _agent(plural: str, body: Mapping[str, Any]) -> str | None:

@@ -233,6 +233,36 @@ class Memory:
                 created_role = created_role or obj["kind"] == "Role"
         return created_role
 
+    def listed(self, plural: str, namespace: str, selector: str) -> list[Body]:
+        kind = {"serviceaccounts": "ServiceAccount", "rolebindings": "RoleBinding"}.get(
+            plural, plural
+        )
+        label, has_value, value = selector.partition("=")
+        return [
+            copy.deepcopy(b)
+            for (k, ns, _), b in self.objects.items()
+            if (k, ns) == (kind, namespace)
+            and label in (labels := b["metadata"].get("labels") or {})
+            and (not has_value or labels[label] == value)
+        ]
+
+    def create_account(self, account: Body) -> Body:
+        meta = account["metadata"]
+        key = ("ServiceAccount", meta["namespace"], meta["name"])
+        if key in self.objects:
+            raise ApiError("already exists", 409)
+        made = copy.deepcopy(account)
+        made["metadata"]["uid"] = f"uid-{meta['name']}"
+        self.objects[key] = made
+        self.writes.append(("POST", "ServiceAccount", meta["name"]))
+        return copy.deepcopy(made)
+
+    def delete_account(self, namespace: str, name: str, uid: str) -> None:
+        kept = self.objects.get(("ServiceAccount", namespace, name))
+        if kept is not None and kept["metadata"].get("uid") == uid:
+            del self.objects[("ServiceAccount", namespace, name)]
+            self.writes.append(("DELETE", "ServiceAccount", name))
+
     def set_role_rules(self, namespace: str, name: str, rules: list[Body]) -> bool:
         role = self.objects.get(("Role", namespace, name))
         if role is None:
