@@ -228,9 +228,11 @@ OPERATOR_NEEDS = [
     ("kueue.x-k8s.io", "workloads", "get list watch"),
     ("", "events", "create patch"),
     ("events.k8s.io", "events", "create patch"),
-    ("", "serviceaccounts", "get create delete"),
+    # patch: a warm pod's account is handed to its pod (ownerReferences); list: an agent's
+    # pooled accounts, and whether a RoleBinding still names one.
+    ("", "serviceaccounts", "get list create delete patch"),
     ("rbac.authorization.k8s.io", "roles", "get create patch delete"),
-    ("rbac.authorization.k8s.io", "rolebindings", "get create delete"),
+    ("rbac.authorization.k8s.io", "rolebindings", "get list create delete"),
 ]
 OPERATOR_CLUSTER_NEEDS = [
     ("", "namespaces", "list watch"),
