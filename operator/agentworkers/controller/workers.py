@@ -20,10 +20,11 @@ from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller import identities, lineage, metrics, pools, quotas, tracing
-from agentworkers.core import clocks, worker_plan
+from agentworkers.core import clocks
 from agentworkers.core.identities import run_as
 from agentworkers.core.pods import pod_name
-from agentworkers.core.worker_plan import (
+from agentworkers.core.worker_plan import decision, ends
+from agentworkers.core.worker_plan.plan import (
     Access,
     Action,
     Bind,
@@ -35,6 +36,8 @@ from agentworkers.core.worker_plan import (
     ShortenDeadline,
     Start,
     StopBelow,
+    changes,
+    fail,
 )
 from agentworkers.errors import REFUSALS, ApiError, RunFailedError, UnknownWorkerError
 from agentworkers.kube.repository import Conflict, Repository
@@ -56,7 +59,7 @@ def reconcile(
         ctx = gather(storage, namespace, name, pod_defaults or WorkerPod(), locks)
         if ctx is None:
             return None
-        plan = worker_plan.decide(ctx)
+        plan = decision.decide(ctx)
         if plan.status.phase in ("Running", "Idle", "Done"):
             pools.running(plan.uid)
         try:
@@ -185,9 +188,9 @@ def carry_out(
                 try:
                     pod = _start(storage, plan, plan.start)
                 except REFUSALS as error:
-                    worker_plan.fail(plan, error)
+                    fail(plan, error)
                 else:
-                    worker_plan.started(ctx, plan, pod)
+                    decision.started(ctx, plan, pod)
     except _Rebind:
         return REBIND_SECONDS
     finally:
@@ -208,7 +211,7 @@ def _write(storage: Repository, plan: Plan) -> None:
     fresh data, its Events unsaid). Then the Events of the pass."""
     if plan.quiet:
         return
-    changed = worker_plan.changes(plan)
+    changed = changes(plan)
     if changed is not None:
         meta = plan.body["metadata"]
         version = storage.patch_status(
@@ -271,7 +274,7 @@ def _start(storage: Repository, plan: Plan, start: Start) -> Body:
     to make), else its own, as a free account of its agent's identity pool or after its
     own ServiceAccount (the API server admits no pod naming an absent account). The
     RoleBinding, made after the pod, names the account the pod runs as
-    (`worker_plan.started`)."""
+    (`worker_plan.decision.started`)."""
     created = pools.claim(
         storage,
         plan.body,
@@ -302,14 +305,14 @@ def _start(storage: Repository, plan: Plan, start: Start) -> Body:
 def _stop_below(
     storage: Repository, namespace: str, name: str, cause: str, now: dt.datetime
 ) -> None:
-    """Every live run below `name` stops, each planned by `worker_plan.stop` and written
+    """Every live run below `name` stops, each planned by `worker_plan.ends.stop` and written
     once: its pod first, then its status and its Event."""
     for child in storage.children(namespace, name):
         body = storage.get("workers", namespace, child)
         if body is None:
             continue
         pod = pools.run_pod(storage, namespace, body)
-        plan = worker_plan.stop(body, pod, cause, name, now)
+        plan = ends.stop(body, pod, cause, name, now)
         if plan is None:
             continue
         for action in plan.before:

@@ -21,7 +21,7 @@ from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.controller import configs, workers
 from agentworkers.core.inputs import encode
 from agentworkers.core.pods import DEFAULT_IMAGE
-from agentworkers.core.worker_plan import RUNTIME_REPORT_SECONDS
+from agentworkers.core.worker_plan.decision import RUNTIME_REPORT_SECONDS
 from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
 

@@ -13,14 +13,14 @@ import pytest
 import yaml
 
 from agentworkers.core import clocks
-from agentworkers.core.worker_plan import (
+from agentworkers.core.worker_plan.decision import decide
+from agentworkers.core.worker_plan.plan import (
     Access,
     Action,
     Context,
     DeletePod,
     DeleteWorker,
     StopBelow,
-    decide,
 )
 from agentworkers.errors import UnknownWorkerError
 
