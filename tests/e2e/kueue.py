@@ -19,7 +19,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from agentworkers.controller.tls import self_signed
+from agentworkers.controller.admission.tls import self_signed
 from tests.e2e.support import Cluster, built, free_port, readyz, stop, wait_until
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"

@@ -31,7 +31,7 @@ import yaml
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.client import Client
 from agentworkers.client.errors import WorkerNameConflictError
-from agentworkers.controller.tls import self_signed
+from agentworkers.controller.admission.tls import self_signed
 from agentworkers.errors import ApiError
 from tests.e2e.support import (
     CONFIG,

@@ -24,7 +24,7 @@ def test_namespaces_created_while_the_operator_starts_are_served(
 ) -> None:
     """kopf, given namespace patterns, used to lose a namespace created in the ~20 ms
     between its first listing of namespaces and the start of its namespace watch (see
-    agentworkers.controller.kopf_fixes). Create namespaces back to back through that
+    agentworkers.controller.kopf.kopf_fixes). Create namespaces back to back through that
     moment, then an AgentConfig in each: every one must get its revision."""
     prefix = f"s{uuid.uuid4().hex[:4]}"
     core = kubernetes.client.CoreV1Api(cluster.api)

@@ -21,7 +21,7 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from agentworkers.controller.sharding import shard_of
+from agentworkers.controller.infra.sharding import shard_of
 from tests.e2e.support import CONFIG, Cluster, Operator, wait_until, worker
 
 PER_NAMESPACE = 6

@@ -55,23 +55,18 @@ def _operator(args: argparse.Namespace) -> int:
     import prometheus_client  # noqa: PLC0415
 
     # The operator's imports (kopf, aiohttp, cryptography) stay out of every other verb.
-    from agentworkers.controller import (  # noqa: PLC0415
-        collector,
-        kopf_fixes,
-        kopf_settings,
-        startup,
-        tracing,
-    )
-    from agentworkers.controller.options import Options  # noqa: PLC0415
+    from agentworkers.controller.infra import collector, tracing  # noqa: PLC0415
+    from agentworkers.controller.infra.options import Options  # noqa: PLC0415
+    from agentworkers.controller.kopf import kopf_fixes, kopf_settings, startup  # noqa: PLC0415
 
     # Importing a module registers its kopf handlers.
     if args.role == "admission":
         startup.register_store()
     else:
-        import agentworkers.controller.handlers  # noqa: PLC0415
+        import agentworkers.controller.kopf.handlers  # noqa: PLC0415
     webhook = args.role != "controller" and not args.no_webhook
     if webhook:
-        import agentworkers.controller.webhooks  # noqa: F401, PLC0415
+        import agentworkers.controller.kopf.webhooks  # noqa: F401, PLC0415
 
     try:
         worker_defaults = _worker_defaults(args.worker_defaults)

@@ -2,7 +2,7 @@
 
 A claim is an update on the version read (or a create): of two replicas that both see a
 lease free, one wins and the other gets a 409 and reads again. Whether a lease is free is
-decided by the caller (`agentworkers.controller.sharding`), on its own clock.
+decided by the caller (`agentworkers.controller.infra.sharding`), on its own clock.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import yaml
 
 from agentworkers.api.names import WORKER_LABEL
 from agentworkers.cli import main as cli
-from agentworkers.controller.tls import RENEW_BEFORE
+from agentworkers.controller.admission.tls import RENEW_BEFORE
 from tests.unit.chart.helm import (
     CHART,
     REPO,

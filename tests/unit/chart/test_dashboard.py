@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.metrics import MetricWrapperBase
 
-from agentworkers.controller import metrics
+from agentworkers.controller.infra import metrics
 from agentworkers.kube import api
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,7 +31,7 @@ PROCESS = {"process_cpu_seconds_total", "process_resident_memory_bytes"}
 
 def operator_metrics() -> dict[str, str]:
     """Family name -> type, for every metric object the operator defines (its own in
-    agentworkers.controller.metrics, and the request counter of agentworkers.kube.api)."""
+    agentworkers.controller.infra.metrics, and the request counter of agentworkers.kube.api)."""
     families: dict[str, str] = {}
     for value in [*vars(metrics).values(), api.REQUESTS]:
         if isinstance(value, MetricWrapperBase):
@@ -92,7 +92,7 @@ def dashboard() -> dict[str, Any]:
 
 def test_the_metrics_module_registers_its_metrics() -> None:
     families = operator_metrics()
-    assert families, "agentworkers.controller.metrics defines no metrics"
+    assert families, "agentworkers.controller.infra.metrics defines no metrics"
     registered = {m.name for m in REGISTRY.collect()}
     assert set(families) <= registered
 
@@ -105,7 +105,7 @@ def test_every_query_uses_only_exported_metrics(dashboard: dict[str, Any]) -> No
             assert name.startswith("agentworkers_") or name in PROCESS, (name, expr)
             if name.startswith("agentworkers_"):
                 assert name in exported, (
-                    f"{name} is not exported by agentworkers.controller.metrics: {expr}"
+                    f"{name} is not exported by agentworkers.controller.infra.metrics: {expr}"
                 )
             used.add(name)
     assert used

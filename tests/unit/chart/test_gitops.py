@@ -183,8 +183,8 @@ def test_a_first_install_with_sync_waves_never_waits_on_a_profile_for_its_config
     """Argo CD applies wave -1 (profiles), waits until each is Healthy, then wave 0 (the
     AgentConfig). Each state here is what the operator's own reconcile writes (against the
     in-memory repository), judged by the shipped scripts, in the order a sync sees them."""
-    from agentworkers.controller import configs  # noqa: PLC0415
-    from agentworkers.controller.requeue import Later  # noqa: PLC0415
+    from agentworkers.controller.passes import configs  # noqa: PLC0415
+    from agentworkers.controller.passes.requeue import Later  # noqa: PLC0415
     from agentworkers.core.revisions import SettleWindow  # noqa: PLC0415
     from tests.unit.controller.test_config_reconcile import (  # noqa: PLC0415
         CONFIG,

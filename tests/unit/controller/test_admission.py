@@ -12,8 +12,9 @@ import kopf
 import pytest
 
 from agentworkers.api.names import BINDING_ANNOTATION
-from agentworkers.controller import admission, webhooks
-from agentworkers.controller.admission_server import answer
+from agentworkers.controller.admission import admission
+from agentworkers.controller.admission.admission_server import answer
+from agentworkers.controller.kopf import webhooks
 from agentworkers.core.inputs import encode
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from agentworkers.controller import collector
+from agentworkers.controller.infra import collector
 
 
 class _Node:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agentworkers.controller import configs
-from agentworkers.controller.requeue import Later
+from agentworkers.controller.passes import configs
+from agentworkers.controller.passes.requeue import Later
 from agentworkers.core.revisions import SettleWindow
 from tests.unit.controller.memory import Memory
 

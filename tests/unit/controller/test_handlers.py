@@ -10,8 +10,8 @@ from unittest import mock
 import kopf
 
 from agentworkers.api.names import WORKER_LABEL
-from agentworkers.controller import handlers, kopf_fixes, startup
-from agentworkers.controller.sharding import Everything
+from agentworkers.controller.infra.sharding import Everything
+from agentworkers.controller.kopf import handlers, kopf_fixes, startup
 from agentworkers.kube.store import Store
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from agentworkers.api import AgentConfigSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL
-from agentworkers.controller import configs, identities, pools, workers
+from agentworkers.controller.passes import configs, identities, pools, workers
 from agentworkers.core.identities import QUARANTINE_SECONDS, RESERVED_SECONDS
 from agentworkers.core.pools import REFILL_QUIET
 from tests.unit.controller.memory import Memory

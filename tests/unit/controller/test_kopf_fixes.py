@@ -29,7 +29,7 @@ from kopf._core.intents import registries
 from kopf._core.reactor import inventory, observation, orchestration, processing, queueing
 
 from agentworkers.cli import main as cli
-from agentworkers.controller import kopf_fixes
+from agentworkers.controller.kopf import kopf_fixes
 
 PATTERNS = ["team-*"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from agentworkers.controller.kopf_settings import OptionalKinds, QuietSuccesses
+from agentworkers.controller.kopf.kopf_settings import OptionalKinds, QuietSuccesses
 
 
 def record(level: int, msg: str, *args: object) -> logging.LogRecord:
@@ -36,7 +36,7 @@ def test_a_missing_crd_is_a_warning_unless_only_kueue_s_is_missing() -> None:
 def test_the_replica_started_first_works_and_the_others_stand_by() -> None:
     """kopf pauses every peer that sees another of its own priority; alike replicas get
     theirs from their start, the oldest highest."""
-    from agentworkers.controller.startup import peering_priority  # noqa: PLC0415
+    from agentworkers.controller.kopf.startup import peering_priority  # noqa: PLC0415
 
     first, second = peering_priority(1_700_000_000.25), peering_priority(1_700_000_000.5)
     assert first > second

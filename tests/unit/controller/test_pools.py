@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from agentworkers.api.names import CLAIM_ANNOTATION, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
-from agentworkers.controller import configs, pools, workers
+from agentworkers.controller.passes import configs, pools, workers
 from agentworkers.core.pools import Claim
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import CONFIG, PROFILES, worker

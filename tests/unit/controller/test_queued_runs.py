@@ -9,7 +9,7 @@ import datetime as dt
 from typing import Any
 
 from agentworkers.api.names import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
-from agentworkers.controller import workers
+from agentworkers.controller.passes import workers
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import planner, pod_phase, reconcile, worker
 

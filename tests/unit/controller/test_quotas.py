@@ -10,7 +10,8 @@ from typing import Any
 import kopf
 from prometheus_client import REGISTRY
 
-from agentworkers.controller import admission, quotas
+from agentworkers.controller.admission import admission
+from agentworkers.controller.passes import quotas
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import planner, reconcile, worker
 

@@ -9,8 +9,8 @@ import time
 import kopf
 import pytest
 
-from agentworkers.controller import requeue as requeue_module
-from agentworkers.controller.requeue import Requeue
+from agentworkers.controller.passes import requeue as requeue_module
+from agentworkers.controller.passes.requeue import Requeue
 from agentworkers.errors import ApiError
 
 

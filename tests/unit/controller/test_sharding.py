@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agentworkers.controller.sharding import Shards, assignment, shard_of
+from agentworkers.controller.infra.sharding import Shards, assignment, shard_of
 from agentworkers.errors import ApiError
 from agentworkers.kube.leases import Lease
 

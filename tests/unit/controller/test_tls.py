@@ -7,7 +7,12 @@ from pathlib import Path
 
 from cryptography import x509
 
-from agentworkers.controller.tls import RENEW_BEFORE, VALIDITY, CertificateWatch, self_signed
+from agentworkers.controller.admission.tls import (
+    RENEW_BEFORE,
+    VALIDITY,
+    CertificateWatch,
+    self_signed,
+)
 
 
 def _cert(path: Path) -> x509.Certificate:

@@ -12,7 +12,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from agentworkers.api.agentconfig import TreeLimits
-from agentworkers.controller import admission, lineage, metrics
+from agentworkers.controller.admission import admission
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.passes import lineage
 from agentworkers.core.tree import Shape, check_tree
 from agentworkers.errors import TreeLimitError
 from tests.unit.controller.memory import Memory

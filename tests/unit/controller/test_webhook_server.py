@@ -18,9 +18,9 @@ from typing import Any
 
 import kopf
 
-from agentworkers.controller.admission_server import Review
-from agentworkers.controller.kopf_fixes import Refused
-from agentworkers.controller.options import Options, ServiceWebhookServer
+from agentworkers.controller.admission.admission_server import Review
+from agentworkers.controller.infra.options import Options, ServiceWebhookServer
+from agentworkers.controller.kopf.kopf_fixes import Refused
 from agentworkers.errors import NotYourChildError
 
 
@@ -199,7 +199,9 @@ def test_an_api_server_that_hangs_up_leaves_no_raw_traceback_on_stderr(
         await asyncio.sleep(1)  # the write, and its failure
         await stream.aclose()
 
-    with caplog.at_level(logging.DEBUG, logger="agentworkers.controller.admission_server"):
+    with caplog.at_level(
+        logging.DEBUG, logger="agentworkers.controller.admission.admission_server"
+    ):
         asyncio.run(run())
     assert "Traceback" not in capfd.readouterr().err
     assert any("went away" in r.getMessage() for r in caplog.records)

@@ -18,7 +18,7 @@ import yaml
 
 from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION
-from agentworkers.controller import configs, workers
+from agentworkers.controller.passes import configs, workers
 from agentworkers.core.inputs import encode
 from agentworkers.core.pods import DEFAULT_IMAGE
 from agentworkers.core.worker_plan.decision import RUNTIME_REPORT_SECONDS

@@ -2,7 +2,7 @@
 the Events to post and the writes to make (docs/architecture.md, "A Worker's pass").
 
 Pure: no I/O, and no clock but the context's `now`. `decide` reads the context top to
-bottom and returns a `Plan`; `controller/workers.py` gathers the context and carries the
+bottom and returns a `Plan`; `controller/passes/workers.py` gathers the context and carries the
 plan out, with one status write. Starting the run's pod is the one write whose result the
 rest of the plan depends on (a warm pod claimed, or a cold one made): the plan stops there
 (`Plan.start`) and `started` finishes it with the pod.

@@ -24,8 +24,9 @@ import kopf
 from agentworkers import kube
 from agentworkers.api import GROUP, VERSION
 from agentworkers.api.names import FINALIZER, WORKER_LABEL
-from agentworkers.controller import kopf_fixes, metrics
-from agentworkers.controller.options import Options
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.infra.options import Options
+from agentworkers.controller.kopf import kopf_fixes
 from agentworkers.kube.api import Api
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.store import TRIM, Store

@@ -19,7 +19,8 @@ from agentworkers.api import reasons
 from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import identities, lineage, metrics, pools, quotas, tracing
+from agentworkers.controller.infra import metrics, tracing
+from agentworkers.controller.passes import identities, lineage, pools, quotas
 from agentworkers.core import clocks
 from agentworkers.core.identities import run_as
 from agentworkers.core.pods import pod_name

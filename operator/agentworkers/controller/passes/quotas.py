@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import metrics
+from agentworkers.controller.infra import metrics
 from agentworkers.core.quota import Run, Usage, account, check_spawn, in_scope
 from agentworkers.core.tree import tokens_used
 from agentworkers.errors import ApiError

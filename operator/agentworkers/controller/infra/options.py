@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agentworkers.api.agentconfig import WorkerPod
-from agentworkers.controller.admission_server import Check, ThreadedWebhookServer
-from agentworkers.controller.tls import self_signed
+from agentworkers.controller.admission.admission_server import Check, ThreadedWebhookServer
+from agentworkers.controller.admission.tls import self_signed
 from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS
 
 
@@ -44,7 +44,7 @@ class Options:
     lease_namespace: str = "default"
     # How long an agent's inputs keep still before a change is cut (core.revisions.SettleWindow).
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
-    # The operator's spans of each spawn (controller.tracing): an OTLP/HTTP endpoint, or off.
+    # The operator's spans of each spawn (controller.infra.tracing): an OTLP/HTTP endpoint, or off.
     otlp_endpoint: str | None = None
     trace_sample_ratio: float = 1.0
 

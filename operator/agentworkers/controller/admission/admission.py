@@ -26,8 +26,9 @@ from agentworkers.api.agentconfig import ModelDefaults
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.provider import ModelProviderSpec, reasoning_api_rule
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, identities, lineage, metrics, pools, quotas
-from agentworkers.controller.kopf_fixes import Refused
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.kopf.kopf_fixes import Refused
+from agentworkers.controller.passes import configs, identities, lineage, pools, quotas
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.inputs import check as check_inputs

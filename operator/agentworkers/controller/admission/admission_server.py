@@ -30,8 +30,8 @@ from typing import Any
 
 import kopf
 
-from agentworkers.controller import metrics
-from agentworkers.controller.kopf_fixes import Refused, refusal_details
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.kopf.kopf_fixes import Refused, refusal_details
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from agentworkers.controller import metrics
+from agentworkers.controller.infra import metrics
 from agentworkers.core import tracing as spans
 from agentworkers.errors import REFUSALS
 

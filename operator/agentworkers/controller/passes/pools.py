@@ -31,8 +31,9 @@ from agentworkers.api.agentconfig import RevisionRef, WorkerPod
 from agentworkers.api.names import AGENT_LABEL, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.controller import identities, metrics
-from agentworkers.controller.requeue import Later
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.passes import identities
+from agentworkers.controller.passes.requeue import Later
 from agentworkers.core import pools
 from agentworkers.core.access import account_object
 from agentworkers.core.effective import EffectiveConfig, resolve

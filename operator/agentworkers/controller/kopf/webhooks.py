@@ -21,11 +21,13 @@ from typing import Any
 
 import kopf
 
-from agentworkers.controller import admission, lineage, quotas, tracing
-from agentworkers.controller.admission_server import Check, Review
-from agentworkers.controller.options import Options
-from agentworkers.controller.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
-from agentworkers.controller.tls import CertificateWatch
+from agentworkers.controller.admission import admission
+from agentworkers.controller.admission.admission_server import Check, Review
+from agentworkers.controller.admission.tls import CertificateWatch
+from agentworkers.controller.infra import tracing
+from agentworkers.controller.infra.options import Options
+from agentworkers.controller.kopf.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
+from agentworkers.controller.passes import lineage, quotas
 from agentworkers.kube.repository import Repository
 
 WRITES = ["CREATE", "UPDATE"]

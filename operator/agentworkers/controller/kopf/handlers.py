@@ -26,11 +26,11 @@ import kopf
 
 from agentworkers.api.names import CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import TERMINAL_PHASES
-from agentworkers.controller import configs, kopf_fixes, lineage, metrics, pools, quotas, workers
-from agentworkers.controller.options import Options
-from agentworkers.controller.requeue import Requeue
-from agentworkers.controller.sharding import Everything, Shards, shard_of
-from agentworkers.controller.startup import (
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.infra.options import Options
+from agentworkers.controller.infra.sharding import Everything, Shards, shard_of
+from agentworkers.controller.kopf import kopf_fixes
+from agentworkers.controller.kopf.startup import (
     AGENT_CONFIGS,
     POD_FILTER,
     PODS,
@@ -40,6 +40,8 @@ from agentworkers.controller.startup import (
     register_store,
     store_indexer,
 )
+from agentworkers.controller.passes import configs, lineage, pools, quotas, workers
+from agentworkers.controller.passes.requeue import Requeue
 from agentworkers.core.revisions import SettleWindow
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import kopf
 
-from agentworkers.controller import metrics
+from agentworkers.controller.infra import metrics
 from agentworkers.errors import ApiError
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus, VirtualAgentProfileSpec, reasons
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.profile import VirtualAgentProfileStatus
-from agentworkers.controller import metrics
-from agentworkers.controller.requeue import Later
+from agentworkers.controller.infra import metrics
+from agentworkers.controller.passes.requeue import Later
 from agentworkers.core.conditions import Status, set_condition, summary_conditions, truncate
 from agentworkers.core.revisions import (
     EffectiveMap,

@@ -26,7 +26,7 @@ from typing import Any
 
 from agentworkers.api import AgentConfigSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL, WORKER_LABEL
-from agentworkers.controller import metrics
+from agentworkers.controller.infra import metrics
 from agentworkers.core import identities
 from agentworkers.core.access import account_object
 from agentworkers.core.owners import owner_reference

@@ -1,0 +1,1 @@
+"""Admission: the checks (`admission`), the webhook server that answers them, its TLS."""
