@@ -43,6 +43,21 @@ def account_object(
     }
 
 
+def agent_account(
+    config: Mapping[str, Any], name: str, label: str, annotations: Mapping[str, str] | None
+) -> dict[str, Any]:
+    """An account the AgentConfig `config` owns (a warm pod's, a pooled one): named
+    `name`, labelled `label` with its agent, goes with the agent."""
+    meta = config["metadata"]
+    metadata = {
+        "name": name,
+        "namespace": meta["namespace"],
+        "labels": {label: meta["name"]},
+        "ownerReferences": [owner_reference(config)],
+    }
+    return account_object(metadata, annotations)
+
+
 def role_rules(worker: str, agent: str, children: list[str]) -> list[dict[str, Any]]:
     own = [worker]
     rules: list[dict[str, Any]] = [

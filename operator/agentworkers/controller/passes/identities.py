@@ -28,8 +28,7 @@ from agentworkers.api import AgentConfigSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL, WORKER_LABEL
 from agentworkers.controller.infra import metrics
 from agentworkers.core import identities
-from agentworkers.core.access import account_object
-from agentworkers.core.owners import owner_reference
+from agentworkers.core.access import agent_account
 from agentworkers.core.pools import refill_wait
 from agentworkers.kube.repository import Repository
 
@@ -263,16 +262,9 @@ def _left(storage: Repository, namespace: str) -> set[str]:
 def _create(
     storage: Repository, body: dict[str, Any], config: AgentConfigSpec, pool: _Pool, want: str
 ) -> None:
-    namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
-    name = identities.account_name(agent)
-    metadata = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {IDENTITY_POOL_LABEL: agent},
-        "ownerReferences": [owner_reference(body)],
-    }
+    name = identities.account_name(body["metadata"]["name"])
     made = storage.create_account(
-        account_object(metadata, config.worker.service_account_annotations)
+        agent_account(body, name, IDENTITY_POOL_LABEL, config.worker.service_account_annotations)
     )
     with _lock:
         pool.accounts[name] = want

@@ -35,7 +35,7 @@ from agentworkers.controller.infra import metrics
 from agentworkers.controller.passes import identities
 from agentworkers.controller.passes.requeue import Later
 from agentworkers.core import pools
-from agentworkers.core.access import account_object
+from agentworkers.core.access import agent_account
 from agentworkers.core.effective import EffectiveConfig, resolve
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import build_pod, owned_by, pod_name
@@ -174,13 +174,8 @@ def _create(
     owned by the AgentConfig, then handed to its pod so that it goes with it."""
     namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
     name = pools.account_name(agent)
-    metadata = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {AGENT_LABEL: agent},
-        "ownerReferences": [owner_reference(body)],
-    }
-    storage.ensure_access([account_object(metadata, config.worker.service_account_annotations)])
+    annotations = config.worker.service_account_annotations
+    storage.ensure_access([agent_account(body, name, AGENT_LABEL, annotations)])
     pod = storage.create_pod(
         pools.warm_pod(template, agent, active, body, name), body["metadata"]["uid"]
     )
