@@ -3,12 +3,14 @@ trouble runs again, backing off; success resets it; a bug is logged, not fatal."
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 import kopf
 import pytest
 
+from agentworkers.controller.infra import metrics
 from agentworkers.controller.passes import requeue as requeue_module
 from agentworkers.controller.passes.requeue import Requeue
 from agentworkers.errors import ApiError
@@ -158,3 +160,24 @@ def test_a_nearer_pass_at_a_time_is_not_held_back_by_a_farther_one() -> None:
         assert len(flaky.passes) == 3
     finally:
         queue.stop()
+
+
+def test_a_conflict_is_retried_as_routine_not_as_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A 409 (a runtime's report landed between the store's copy and the pass's write) is
+    what every controller meets: retried, but no warning and no handler error."""
+    errors = metrics.HANDLER_ERRORS.labels(handler="conflicted")
+    before = errors._value.get()
+    flaky = Flaky(ApiError("409 Conflict: the object has been modified", 409))
+    requeue = Requeue("Worker", "conflicted", flaky)
+    try:
+        with caplog.at_level(logging.DEBUG, logger=requeue_module.__name__):
+            requeue.attempt("team-a", "w1")
+            assert flaky.done.wait(5), flaky.passes
+        assert flaky.passes == [("team-a", "w1")] * 2
+        assert errors._value.get() == before
+        assert [r.levelno for r in caplog.records if "w1" in r.getMessage()] == [logging.DEBUG]
+        assert metrics.RECONCILES.labels(handler="conflicted", result="conflict")._value.get() == 1
+    finally:
+        requeue.stop()

@@ -22,7 +22,8 @@ HANDLER_ERRORS = Counter(
 RECONCILES = Counter(
     "agentworkers_reconciles_total",
     "Reconcile passes, by handler and result (success, requeue_after: a clock asked for "
-    "another, wait: waiting on something, error: retried after a backoff).",
+    "another, wait: waiting on something, conflict: a 409, retried, error: retried after a "
+    "backoff).",
     ["handler", "result"],
 )
 RECONCILE_SECONDS = Histogram(

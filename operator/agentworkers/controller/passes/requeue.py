@@ -15,8 +15,12 @@ gives every reconcile of a kind these rules:
 * **Retries on trouble**: an API error, or a `kopf.TemporaryError` (a run waiting for its
   AgentConfig), runs the object again later, one pending retry per object (the nearest), the delay
   backing off (1 s to 1 min) while failures repeat and reset once a pass succeeds. One
-  thread keeps every pending retry (a heap), not a timer thread each. Any other error is a
-  bug: it is logged with its traceback and counted, and the queue goes on.
+  thread keeps every pending retry (a heap), not a timer thread each. A conflict (409: the
+  object changed since the store's copy the pass wrote against, a runtime's report or a
+  user's edit) is routine, as for client-go's controllers: retried the same way, but
+  neither logged as a warning nor counted as a handler error; the change's own event
+  usually brings the next pass first. Any other error is a bug: it is logged with its
+  traceback and counted, and the queue goes on.
 * Nothing is kept for an object once its pass has ended well.
 """
 
@@ -36,6 +40,7 @@ from agentworkers.errors import ApiError
 
 log = logging.getLogger(__name__)
 
+CONFLICT = 409
 BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 Key = tuple[str, str]  # (namespace, name)
@@ -125,9 +130,15 @@ class Requeue:
             result = "requeue_after" if isinstance(e, Later) else "wait"
             self._after(key, e.delay or 5)
         except ApiError as e:
-            result = "error"
-            metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
-            log.warning("%s %s/%s: %s; retrying", self.kind, namespace, name, trouble(e), extra=ref)
+            if e.status == CONFLICT:
+                result = "conflict"
+                log.debug("%s %s/%s: %s; again", self.kind, namespace, name, trouble(e), extra=ref)
+            else:
+                result = "error"
+                metrics.HANDLER_ERRORS.labels(handler=self._handler).inc()
+                log.warning(
+                    "%s %s/%s: %s; retrying", self.kind, namespace, name, trouble(e), extra=ref
+                )
             self._after(key, self._backoff(key))
         except Exception:
             result = "error"
