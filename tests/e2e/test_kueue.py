@@ -207,6 +207,23 @@ class Runs:
                 out[name] = status.get("phase") or "None"
         return out
 
+    def describe(self, names: list[str]) -> str:
+        """What a user would look at for runs not where they should be: each Worker's
+        conditions and its pod's phase, gates and node."""
+        workers, pods = self.workers(), self.pods()
+        out = []
+        for name in names:
+            status = workers.get(name, {}).get("status") or {}
+            conditions = [
+                (c["type"], c["status"], c.get("reason")) for c in status.get("conditions") or []
+            ]
+            pod = [
+                (p.status.phase, [g.name for g in p.spec.scheduling_gates or []], p.spec.node_name)
+                for p in pods.get(name, [])
+            ]
+            out.append(f"{name}: {status.get('lastEvent')!r} {conditions} pod {pod}")
+        return "; ".join(out)
+
     def settle(self, what: str, wanted: dict[str, str], timeout: float = 90) -> None:
         seen: list[dict[str, str]] = []
 
@@ -217,7 +234,10 @@ class Runs:
         try:
             wait_until(what, reached, timeout=timeout, interval=0.5)
         except AssertionError as e:
-            raise AssertionError(f"{e}: {seen} while waiting for {wanted}") from None
+            off = [n for n, s in seen[0].items() if wanted.get(n) != s] if seen else []
+            raise AssertionError(
+                f"{e}: {seen} while waiting for {wanted}; {self.describe(off)}"
+            ) from None
         time.sleep(3)  # and nothing more happens: no further admission, no second pod
         assert self.standing() == wanted
 
