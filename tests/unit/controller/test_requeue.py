@@ -158,3 +158,23 @@ def test_a_nearer_pass_at_a_time_is_not_held_back_by_a_farther_one() -> None:
         assert len(flaky.passes) == 3
     finally:
         queue.stop()
+
+
+def test_stop_waits_for_the_running_pass_and_starts_no_other() -> None:
+    """A clean exit gives its Leases up only once no pass of its runs any more."""
+    started, release = threading.Event(), threading.Event()
+    passes: list[str] = []
+
+    def slow(namespace: str, name: str) -> None:
+        passes.append(name)
+        started.set()
+        release.wait(5)
+
+    requeue = Requeue("Worker", "worker", slow)
+    requeue.attempt("team-a", "w1")
+    assert started.wait(5)
+    requeue.attempt("team-a", "w2")  # queued behind it: dropped by the stop
+    assert requeue.stop(wait=0.05) is False  # w1 still runs
+    threading.Timer(0.1, release.set).start()
+    assert requeue.stop(wait=5) is True
+    assert passes == ["w1"]
