@@ -72,8 +72,20 @@ def _if_mine(
 @kopf.on.startup()
 def start_queues(memo: kopf.Memo, **_: Any) -> None:
     options: Options = memo.options
-    memo.shards = Everything()
-    metrics.SHARDS_HELD.set(1)
+    memo.sharding_stop = threading.Event()
+    if options.shards > 1 or options.leader_elect:
+        memo.shards = Shards(
+            options.shards,
+            options.shard_index,
+            Leases(memo.storage.api, options.lease_namespace),
+            on_gained=partial(_take_over, memo),
+            prefix=options.lease_name,
+        )
+        # Set before the queues: a standby never shows 1, not even while it starts.
+        metrics.SHARDS_HELD.set_function(lambda: len(memo.shards.held()))
+    else:
+        memo.shards = Everything()
+        metrics.SHARDS_HELD.set(1)
     memo.workers = Requeue(
         "Worker",
         "worker",
@@ -101,17 +113,8 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.configs = Requeue(
         "AgentConfig", "agentconfig", _if_mine(memo, config_then_pool), threads=2
     )
-    memo.sharding_stop = threading.Event()
-    if options.shards > 1 or options.leader_elect:
-        memo.shards = Shards(
-            options.shards,
-            options.shard_index,
-            Leases(memo.storage.api, options.lease_namespace),
-            on_gained=partial(_take_over, memo),
-            prefix=options.lease_name,
-        )
-        metrics.SHARDS_HELD.set_function(lambda: len(memo.shards.held()))
-        memo.shards.step()  # hold our own shard before the first event arrives
+    if isinstance(memo.shards, Shards):
+        memo.shards.step()  # hold our own shard before the first event arrives (queues made)
         threading.Thread(
             target=memo.shards.run, args=(memo.sharding_stop,), name="sharding", daemon=True
         ).start()
