@@ -246,6 +246,9 @@ class PodRunner:
         env = {k: local(v, mounts, pod) for k, v in env.items() if v is not None}
         command = [local(arg, mounts, pod) for arg in command]
         env.update(
+            # As a container runtime sets it: the pod's hostname (an operator replica's
+            # identity on its Lease).
+            HOSTNAME=pod.spec.hostname or name,
             AGENTWORKERS_SECRETS_DIR=str(self.mount_secrets(pod, home / "secrets")),
             AGENTWORKERS_SANDBOX=str(sandbox),
             HOME=str(sandbox),
@@ -369,6 +372,7 @@ class PodRunner:
         fields = {
             "metadata.name": pod.metadata.name,
             "metadata.namespace": pod.metadata.namespace,
+            "metadata.uid": pod.metadata.uid,
             "status.podIP": pod.status.pod_ip,
             "spec.serviceAccountName": pod.spec.service_account_name,
         }

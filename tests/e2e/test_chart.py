@@ -50,15 +50,8 @@ class Release:
         args += value_args(None, {"fullnameOverride": self.fullname, **sets})
         rendered = [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
         served = set(cluster.kubectl("api-versions").stdout.split())
-        crds = {
-            f"{d['spec']['group']}/{v['name']}"
-            for d in rendered
-            if d["kind"] == "CustomResourceDefinition"
-            for v in d["spec"]["versions"]
-        }
-        self.skipped = [d for d in rendered if d["apiVersion"] not in served | crds]
+        self.skipped = [d for d in rendered if d["apiVersion"] not in served]
         self.objects = [d for d in rendered if d not in self.skipped]
-        self.created_crds: list[str] = []
 
     @property
     def operator_account(self) -> str:
@@ -82,34 +75,15 @@ class Release:
         ).stderr
 
     def apply(self) -> str:
-        """CRDs the chart brings first (custom objects of theirs need them served), then
-        everything: server-side dry-run, then for real."""
-        crds = [o for o in self.objects if o["kind"] == "CustomResourceDefinition"]
-        rest = [o for o in self.objects if o["kind"] != "CustomResourceDefinition"]
-        for crd in crds:
-            name = crd["metadata"]["name"]
-            exists = self.cluster.kubectl("get", "crd", name, check=False).returncode == 0
-            if not exists:
-                self.created_crds.append(name)
-        self._apply(crds, "--dry-run=server")
-        self._apply(crds)
-        for crd in crds:
-            self.cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                f"crd/{crd['metadata']['name']}",
-            )
-        warnings = self._apply(rest, "--dry-run=server")
-        return warnings + self._apply(rest)
+        """Everything: server-side dry-run, then for real."""
+        warnings = self._apply(self.objects, "--dry-run=server")
+        return warnings + self._apply(self.objects)
 
     def cleanup(self) -> None:
         """Cluster-scoped objects go; the namespace fixture takes the rest."""
         for obj in self.objects:
             meta = obj["metadata"]
-            if obj["kind"] == "CustomResourceDefinition" and meta["name"] not in self.created_crds:
-                continue  # someone else's: keep it
-            if "namespace" in meta and obj["kind"] != "CustomResourceDefinition":
+            if "namespace" in meta:
                 continue
             self.cluster.kubectl(
                 "delete",
@@ -298,12 +272,12 @@ def test_namespaced_install_is_confined_to_its_namespaces(
 
 
 def test_everything_on_is_accepted(cluster: Cluster, namespace: str, release_factory: Any) -> None:
-    """Peering (3 replicas), admission in its own Deployment (2 replicas), cert-manager, the
+    """Active/standby (3 replicas), admission in its own Deployment (2 replicas), cert-manager, the
     workers' NetworkPolicy, ServiceMonitor and dashboard, namespaced: what the cluster serves
     is applied, the rest is named."""
     release = release_factory(
         namespace,
-        "peering",
+        "standby",
         "admission",
         "networkpolicy",
         "servicemonitor",
@@ -311,15 +285,15 @@ def test_everything_on_is_accepted(cluster: Cluster, namespace: str, release_fac
     )
     release.apply()
     kinds = release.kinds()
-    assert {"KopfPeering", "NetworkPolicy", "PodDisruptionBudget", "ConfigMap"} <= set(kinds)
+    assert {"Role", "NetworkPolicy", "PodDisruptionBudget", "ConfigMap"} <= set(kinds)
     skipped = {o["kind"] for o in release.skipped}
     assert skipped <= {"Certificate", "Issuer", "ServiceMonitor"}
-    peering = cluster.kubectl_json(
-        "get", "kopfpeerings.kopf.dev", release.fullname, "-n", namespace
-    )
-    assert peering["metadata"]["name"] == release.fullname
+    # The replicas take turns on a Lease of the release's name, in its namespace only.
     op = release.operator_account
-    assert release.can(op, "patch", f"kopfpeerings.kopf.dev/{release.fullname}", "-n", namespace)
+    lease = f"leases.coordination.k8s.io/{release.fullname}-shard-0"
+    for verb in ("get", "create", "patch"):
+        assert release.can(op, verb, lease, "-n", namespace)
+    assert not release.can(op, "patch", lease, "-n", "default")
     policy = cluster.kubectl_json(
         "get", "networkpolicy", f"{release.fullname}-workers", "-n", namespace
     )

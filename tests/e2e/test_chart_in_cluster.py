@@ -307,22 +307,23 @@ def _spawned(client: Client, name: str, spec: WorkerSpec) -> bool:
 
 
 def _active(cluster: Cluster, install: Install) -> str | None:
-    """The controller replica kopf's peering lets work: the live peer of highest priority."""
+    """The controller replica that holds the Lease: its pod's name, the part of its
+    holderIdentity before the process's own."""
     found = cluster.kubectl(
-        "get", "kopfpeering", f"{install.release}-agentworkers", "-n", install.team,
+        "get", "lease", f"{install.release}-agentworkers-shard-0", "-n", install.system,
         "-o", "json", check=False,
     )  # fmt: skip
     if found.returncode != 0:
         return None
-    peers = json.loads(found.stdout).get("status") or {}
+    holder = (json.loads(found.stdout).get("spec") or {}).get("holderIdentity") or ""
     live = {p["metadata"]["name"] for p in install.operator_pods()}  # type: ignore[index]
-    ranked = sorted((v["priority"], k) for k, v in peers.items() if k in live)
-    return ranked[-1][1] if ranked else None
+    pod = holder.rsplit("_", 1)[0]
+    return pod if pod in live else None
 
 
 @pytest.mark.parametrize("admission_replicas", [0, 2], ids=["admission-in-each", "admission-apart"])
 def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps_answering(
-    install: Install, tmp_path: Path, admission_replicas: int, request: pytest.FixtureRequest
+    install: Install, tmp_path: Path, admission_replicas: int
 ) -> None:
     """Both layouts: admission in a Deployment of its own (it keeps answering throughout),
     and each controller replica answering the webhook too (reviews the API server sends
@@ -334,22 +335,12 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     cluster.kubectl(
         "create", "secret", "tls", "webhook-tls", "-n", system, f"--cert={cert}", f"--key={key}"
     )
-    # kopf's peering CRDs outlive the release that installed them (other kopf operators
-    # may use them): a later release leaves them be, as docs/install.md says.
-    kopf_crds = cluster.kubectl("get", "crd", "kopfpeerings.kopf.dev", check=False)
     helm_install(
         install,
         "--set", "replicas=2",
         "--set", f"admission.replicas={admission_replicas}",
         "--set", "webhook.tls.secretName=webhook-tls",
-        "--set", f"peering.installCRDs={str(kopf_crds.returncode != 0).lower()}",
     )  # fmt: skip
-    if kopf_crds.returncode != 0:
-        # Helm keeps them on uninstall, by design: this test takes away what it brought.
-        kopf = ("kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev")
-        request.addfinalizer(
-            lambda: cluster.kubectl("delete", "crd", *kopf, "--ignore-not-found", "--wait=false")
-        )
     wait_until("two controller pods", lambda: len(install.operator_pods()) == 2, timeout=60)
     # Every replica that answers: kwok marks a pod ready at once (no readiness probe runs
     # here), and the Service picks one per review.
@@ -366,7 +357,7 @@ def test_two_replicas_one_leader_a_killed_leader_is_replaced_and_admission_keeps
     wait_until("their pods", lambda: all(_pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")))
     pods = {n: _pod_uid(cluster, team, n) for n in ("w1", "w2", "w3")}
     leader = wait_until("one leader", lambda: _active(cluster, install), timeout=60)
-    pid = process_with({"POD_ID": leader}, "operator")
+    pid = process_with({"HOSTNAME": leader}, "operator")
     assert pid is not None, f"no process runs {leader}"
 
     # Admission, throughout: a dry-run spawn every 0.3 s must be answered, never fail.

@@ -1,10 +1,15 @@
-"""Two controller replicas split the namespaces; a SIGKILLed one's shard is served again.
+"""Controller replicas on Leases: sharded, and active/standby (one shard).
 
-Its own namespaces (outside the session operator's pattern), two operator processes with
-`--shards=2`, a burst of Workers across namespaces of both shards. Each replica starts
-exactly the pods of its own shard (its `agentworkers_spawns_total`), every Worker gets its
-pod once, and after one replica is SIGKILLed new Workers in its namespaces get their pods
-within 30 s from the other.
+Sharded: its own namespaces (outside the session operator's pattern), two operator
+processes with `--shards=2`, a burst of Workers across namespaces of both shards. Each
+replica starts exactly the pods of its own shard (its `agentworkers_spawns_total`), every
+Worker gets its pod once, and after one replica is SIGKILLed new Workers in its namespaces
+get their pods within 30 s from the other.
+
+Active/standby: two processes with `--leader-elect` (both index 0 of one shard, as a
+Deployment's replicas): one reconciles, the other follows the same watches; after the
+active one's SIGKILL the standby serves new Workers within the documented time, and when
+the active one stops cleanly (SIGTERM) a standby takes over at its next round.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,8 +92,11 @@ def spawn(cluster: Cluster, namespace: str, names: list[str]) -> None:
 
 
 def pods_of(cluster: Cluster, namespace: str) -> dict[str, str]:
-    """Worker -> the uid of its pod, for the Workers whose pod exists."""
+    """Worker -> the uid of its pod, for the Workers whose pod exists; fails on a Worker
+    with two."""
     found = cluster.kubectl_json("get", "pods", "-n", namespace, "-l", "agentworkers.io/worker")
+    workers = Counter(p["metadata"]["labels"]["agentworkers.io/worker"] for p in found["items"])
+    assert set(workers.values()) <= {1}, f"Workers with more than one pod: {workers}"
     return {
         p["metadata"]["labels"]["agentworkers.io/worker"]: p["metadata"]["uid"]
         for p in found["items"]
@@ -141,3 +150,130 @@ def test_two_replicas_split_the_work_and_take_over_a_lost_shard(
             now = pods_of(cluster, namespace)
             assert {n: now[n] for n in pods} == pods, namespace
         print(json.dumps({"takeover_seconds": round(took, 1)}))
+
+
+# --- active/standby: two replicas of one shard -----------------------------------------------
+
+# The documented bound (docs/scaling.md): the lease's duration (15 s), seen unrenewed on
+# the standby's own clock, plus one renewal period (5 s).
+FAILOVER_SECONDS = 20
+
+
+@pytest.fixture
+def standby_namespaces(cluster: Cluster) -> Iterator[tuple[str, list[str]]]:
+    """A prefix of our own, its Leases' namespace and two namespaces of agents."""
+    prefix = f"standby-{uuid.uuid4().hex[:6]}"
+    teams = [f"{prefix}-a", f"{prefix}-b"]
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    for name in (f"{prefix}-leases", *teams):
+        core.create_namespace({"metadata": {"name": name}})
+    for name in teams:
+        wait_until(
+            f"{name}'s default service account",
+            lambda n=name: core.list_namespaced_service_account(n).items,  # type: ignore[misc]
+            timeout=30,
+        )
+        cluster.apply(name, copy.deepcopy(CONFIG))
+    yield prefix, teams
+    for name in (f"{prefix}-leases", *teams):
+        core.delete_namespace(name)
+
+
+def standby(
+    cluster: Cluster, workdir: Path, prefix: str
+) -> contextlib.AbstractContextManager[Operator]:
+    """A replica of an active/standby Deployment: no shard index, a Lease of its own name."""
+    workdir.mkdir()
+    return Operator.start(
+        cluster,
+        workdir,
+        f"--namespace={prefix}-*",
+        "--no-webhook",
+        "--leader-elect",
+        f"--lease-namespace={prefix}-leases",
+        f"--lease-name={prefix}",
+        "--log-format=json",
+    )
+
+
+def test_two_replicas_take_turns_on_one_lease_and_a_standby_takes_over(
+    cluster: Cluster, standby_namespaces: tuple[str, list[str]], tmp_path: Path
+) -> None:
+    prefix, teams = standby_namespaces
+    names = [f"w{i}" for i in range(PER_NAMESPACE)]
+    with contextlib.ExitStack() as stack:
+        first = stack.enter_context(standby(cluster, tmp_path / "r0", prefix))
+        second = stack.enter_context(standby(cluster, tmp_path / "r1", prefix))
+        wait_until(
+            "one replica to hold the Lease, the other to stand by",
+            lambda: held(first) + held(second) == 1,
+            timeout=30,
+        )
+        leader, waiting = (first, second) if held(first) else (second, first)
+        lease = cluster.kubectl_json("get", "lease", f"{prefix}-shard-0", "-n", f"{prefix}-leases")
+        assert lease["spec"]["leaseDurationSeconds"] == 15
+        # One shard has no member Leases: nothing else to hand over to.
+        leases = cluster.kubectl_json("get", "leases", "-n", f"{prefix}-leases")
+        assert [item["metadata"]["name"] for item in leases["items"]] == [f"{prefix}-shard-0"]
+
+        for team in teams:
+            spawn(cluster, team, names)
+        for team in teams:
+            wait_until(
+                f"every pod in {team}",
+                lambda n=team: len(pods_of(cluster, n)) == PER_NAMESPACE,  # type: ignore[misc]
+                timeout=120,
+            )
+        # Only the holder reconciled; the standby's store followed the same watches.
+        total = PER_NAMESPACE * len(teams)
+        assert (spawns(leader), spawns(waiting)) == (total, 0), (leader.tail(), waiting.tail())
+        wait_until(
+            "the standby's store to hold every Worker",
+            lambda: waiting.sample("agentworkers_store_objects", kind="workers") == total,
+            timeout=30,
+        )
+        before = {team: pods_of(cluster, team) for team in teams}
+
+        leader.process.kill()  # SIGKILL: no goodbye, its Lease simply stops being renewed
+        lost = time.monotonic()
+        late = [f"late{i}" for i in range(3)]
+        for team in teams:
+            spawn(cluster, team, late)
+        wait_until("the standby to take the Lease", lambda: held(waiting) == 1, timeout=45)
+        took = time.monotonic() - lost
+        for team in teams:
+            wait_until(
+                f"the late Workers' pods in {team}, from the standby",
+                lambda n=team: len(pods_of(cluster, n)) == PER_NAMESPACE + len(late),  # type: ignore[misc]
+                timeout=30,
+            )
+        served = time.monotonic() - lost
+        assert took <= FAILOVER_SECONDS + 2, f"the standby took over only after {took:.1f}s"
+        assert spawns(waiting) == len(late) * len(teams)
+        # The takeover passed over the Workers it inherited without making them anew.
+        for team, pods in before.items():
+            now = pods_of(cluster, team)
+            assert {n: now[n] for n in pods} == pods, team
+
+        # A clean exit (a rolling update, a drained node) hands the Lease over at once.
+        third = stack.enter_context(standby(cluster, tmp_path / "r2", prefix))
+        assert held(third) == 0 and held(waiting) == 1
+        waiting.stop()  # SIGTERM
+        stopped = time.monotonic()
+        wait_until("the new replica to take the Lease", lambda: held(third) == 1, timeout=30)
+        handed = time.monotonic() - stopped
+        for team in teams:
+            spawn(cluster, team, ["after-handover"])
+        for team in teams:
+            wait_until(
+                f"the handed-over replica's pod in {team}",
+                lambda n=team: "after-handover" in pods_of(cluster, n),  # type: ignore[misc]
+                timeout=30,
+            )
+        assert handed <= 10, f"a clean exit's Lease was taken only after {handed:.1f}s"
+        assert spawns(third) == len(teams)
+        print(json.dumps({
+            "failover_seconds": round(took, 1),
+            "failover_to_pods_seconds": round(served, 1),
+            "handover_seconds": round(handed, 1),
+        }))  # fmt: skip

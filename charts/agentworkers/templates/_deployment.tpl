@@ -10,7 +10,7 @@ One Deployment of the operator in a role: "all" (reconcile and admission in one 
 {{- $tlsMode := include "agentworkers.tlsMode" $root -}}
 {{- $webhook := and $root.Values.webhook.enabled (ne $role "controller") -}}
 {{- $sharded := and (gt (int $root.Values.shards) 1) (ne $role "admission") -}}
-{{- $peering := and (gt $replicas 1) (ne $role "admission") (not $sharded) -}}
+{{- $standby := and (gt $replicas 1) (ne $role "admission") (not $sharded) -}}
 {{- $name := ternary (include "agentworkers.fullname" $root) (include "agentworkers.component" (list $root $component)) (eq $component "operator") -}}
 apiVersion: apps/v1
 kind: {{ ternary "StatefulSet" "Deployment" $sharded }}
@@ -33,16 +33,17 @@ spec:
   replicas: {{ $replicas }}
   {{- end }}
   {{- if $sharded }}
-  {{- else if or $peering (eq $role "admission") }}
-  # Peering keeps one replica active and the others stand by; admission replicas all answer.
-  # Either way a new pod starts before an old one stops.
+  {{- else if or $standby (eq $role "admission") }}
+  # One replica holds the Lease and the others stand by; admission replicas all answer.
+  # Either way a new pod starts before an old one stops (an old leader, stopping, hands
+  # its Lease over at once).
   strategy:
     type: RollingUpdate
     rollingUpdate:
       maxSurge: 1
       maxUnavailable: 0
   {{- else }}
-  # A standalone operator: the old pod stops before the new one starts, so two never act.
+  # One replica, no Lease: the old pod stops before the new one starts, so two never act.
   strategy:
     type: Recreate
   {{- end }}
@@ -108,23 +109,27 @@ spec:
             {{- end }}
             - --log-format=json
             - --liveness=http://0.0.0.0:{{ $root.Values.health.port }}/healthz
-            {{- if $peering }}
-            - --peering={{ include "agentworkers.peeringName" $root }}
+            {{- if $standby }}
+            # Active/standby: one shard, every replica index 0, told apart by its pod's name.
+            - --leader-elect
             {{- end }}
             {{- if $sharded }}
             # The shard index is the ordinal ending the pod's hostname.
             - --shards={{ $root.Values.shards }}
+            {{- end }}
+            {{- if or $standby $sharded }}
             - --lease-namespace={{ $root.Release.Namespace }}
+            - --lease-name={{ include "agentworkers.fullname" $root }}
             {{- end }}
             {{- range $root.Values.extraArgs }}
             - {{ . | quote }}
             {{- end }}
           env:
-            # kopf's identity among peers: the pod's name.
-            - name: POD_ID
+            # Its identity on a Lease, with the pod's name: kept by a restarted container.
+            - name: AGENTWORKERS_POD_UID
               valueFrom:
                 fieldRef:
-                  fieldPath: metadata.name
+                  fieldPath: metadata.uid
             - name: AGENTWORKERS_OPERATOR_NAMESPACE
               valueFrom:
                 fieldRef:

@@ -119,10 +119,6 @@ operator
 {{- end -}}
 {{- end -}}
 
-{{- define "agentworkers.peeringName" -}}
-{{- default (include "agentworkers.fullname" .) .Values.peering.name -}}
-{{- end -}}
-
 {{/* Watched namespaces: "true" when any is a glob (no RoleBinding can name it). */}}
 {{- define "agentworkers.hasGlobs" -}}
 {{- $globs := false -}}
@@ -160,9 +156,6 @@ operator
 {{- if and (gt (int .Values.replicas) 1) (gt (int .Values.shards) 1) -}}
 {{- fail "replicas > 1 (active/standby) and shards > 1 (every replica active, each on its shard) exclude each other: set one" -}}
 {{- end -}}
-{{- if and (gt (int .Values.replicas) 1) (include "agentworkers.hasGlobs" .) -}}
-{{- fail "replicas > 1 with glob watchNamespaces: kopf needs a KopfPeering object in every watched namespace, which the chart cannot know in advance; list the namespaces or run one replica" -}}
-{{- end -}}
 {{- end -}}
 
 {{- define "agentworkers.workerDefaultsName" -}}
@@ -173,11 +166,4 @@ operator
 {{- define "agentworkers.workerDefaults" -}}
 {{- $defaults := merge (dict) .Values.workerDefaults (dict "image" (include "agentworkers.image" .)) -}}
 {{- toYaml $defaults -}}
-{{- end -}}
-
-{{/* The peering objects are hooks (see peering.yaml); helm uninstall leaves them, with
-their namespaces' other objects. */}}
-{{- define "agentworkers.peeringHook" -}}
-helm.sh/hook: post-install,post-upgrade
-helm.sh/hook-delete-policy: before-hook-creation
 {{- end -}}

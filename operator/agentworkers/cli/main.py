@@ -85,12 +85,11 @@ def _operator(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port or None,
         metrics_addr=args.metrics_addr,
         liveness=args.liveness or None,
-        # Admission replicas all answer; controllers take turns (peering), if asked to.
-        standalone=args.role == "admission" or not args.peering,
-        peering=None if args.role == "admission" else args.peering,
         shards=args.shards,
-        shard_index=_shard_index(args.shard_index),
+        shard_index=_shard_index(args.shard_index, args.shards),
+        leader_elect=args.leader_elect,
         lease_namespace=args.lease_namespace or _own_namespace(),
+        lease_name=args.lease_name,
         **({} if args.settle_seconds is None else {"settle_seconds": max(args.settle_seconds, 0)}),
         otlp_endpoint=args.otlp_endpoint or None,
         trace_sample_ratio=args.trace_sample_ratio,
@@ -115,8 +114,7 @@ def _operator(args: argparse.Namespace) -> int:
         prometheus_client.start_http_server(options.metrics_port, addr=options.metrics_addr)
     try:
         kopf.run(
-            standalone=options.standalone,
-            peering_name=options.peering,
+            standalone=True,  # replicas take turns on our own Leases, not kopf's peering
             namespaces=options.namespaces,
             clusterwide=not options.namespaces,
             liveness_endpoint=options.liveness,
@@ -162,12 +160,23 @@ def _worker_defaults(path: Path | None) -> WorkerPod:
         raise ValueError(str(describe(e, prefix="workerDefaults"))) from e
 
 
-def _shard_index(given: int | None) -> int:
-    """--shard-index, else the StatefulSet ordinal at the end of the pod's hostname."""
+def _shard_index(given: int | None, shards: int) -> int:
+    """--shard-index, else the StatefulSet ordinal at the end of the pod's hostname; 0 with
+    one shard (a Deployment's pod names end in a random suffix, at times all digits)."""
     if given is not None:
         return given
+    if shards == 1:
+        return 0
     ordinal = os.environ.get("HOSTNAME", "").rsplit("-", 1)[-1]
     return int(ordinal) if ordinal.isdigit() else 0
+
+
+def _sharding_error(shards: int, index: int | None) -> str | None:
+    if shards < 1:
+        return f"--shards {shards}: at least 1"
+    if index is not None and not 0 <= index < shards:
+        return f"--shard-index {index} is not a shard of --shards {shards} (0..{shards - 1})"
+    return None
 
 
 def _ratio(text: str) -> float:
@@ -247,7 +256,13 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
         "spec.worker sets its own (image, imagePullSecrets, runtimeClassName, nodeSelector, "
         "tolerations, affinity, resources, priorityClassName, serviceAccountAnnotations)",
     )
-    op.add_argument("--peering", help="kopf peering name for active/standby replicas")
+    op.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="replicas take turns on a Lease: the holder reconciles, the others keep their "
+        "watches warm and take over within about 20 s of its end (active/standby; "
+        "docs/scaling.md). Implied by --shards N > 1",
+    )
     op.add_argument(
         "--shards",
         type=int,
@@ -262,7 +277,14 @@ def _add_operator(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     op.add_argument(
         "--lease-namespace",
-        help="where the shards' Leases live; default: the operator's own namespace",
+        help="where the Leases of --shards and --leader-elect live; default: the operator's "
+        "own namespace",
+    )
+    op.add_argument(
+        "--lease-name",
+        default="agentworkers",
+        help="what their names start with (NAME-shard-K, NAME-member-I): one per install "
+        "sharing --lease-namespace",
     )
     op.add_argument(
         "--settle-seconds",
@@ -396,9 +418,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_usage(sys.stderr)
             sys.stderr.write("error: `operator` takes its own flags, after it\n")
             return EXIT_USAGE
-        if args.shards > 1 and args.peering:
+        if (wrong := _sharding_error(args.shards, args.shard_index)) is not None:
             parser.print_usage(sys.stderr)
-            sys.stderr.write("error: --shards makes every replica active: drop --peering\n")
+            sys.stderr.write(f"error: {wrong}\n")
             return EXIT_USAGE
         if args.role == "admission" and args.no_webhook:
             parser.print_usage(sys.stderr)

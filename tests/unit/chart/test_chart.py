@@ -1,5 +1,5 @@
 """The Helm chart: lints clean, renders every documented value set, and what it renders is
-what a platform team expects (least-privilege RBAC, restricted pods, probes, TLS, peering).
+what a platform team expects (least-privilege RBAC, restricted pods, probes, TLS, leases).
 
 Pure checks on `helm template` output; tests/e2e/test_chart.py applies it to a real API server.
 """
@@ -90,7 +90,7 @@ def allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) ->
 
 
 def test_the_documented_value_sets_are_there() -> None:
-    assert {"default", "namespaced", "certmanager", "peering", "networkpolicy", "kind"} <= set(
+    assert {"default", "namespaced", "certmanager", "standby", "networkpolicy", "kind"} <= set(
         VALUE_SETS
     )
     assert "servicemonitor" in VALUE_SETS
@@ -397,7 +397,7 @@ def test_admission_in_a_deployment_of_its_own(rendered: dict[str, list[dict[str,
     assert "--role=controller" in controller_args
     assert not any(a.startswith("--webhook") for a in controller_args)
     assert "--role=admission" in admission_args and "--webhook-port=9443" in admission_args
-    assert not any(a.startswith("--peering") for a in admission_args)  # every replica answers
+    assert not any(a.startswith("--lea") for a in admission_args)  # every replica answers
     assert admission["spec"]["replicas"] == 2
     assert admission["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     # The webhook's Service reaches the admission pods; metrics reach both.
@@ -479,38 +479,65 @@ def test_minimal_has_no_webhook_and_no_metrics(rendered: dict[str, list[dict[str
     assert not any("admissionregistration.k8s.io" in r["apiGroups"] for r in cluster)
 
 
-# --- replicas and peering -----------------------------------------------------------
+# --- replicas: active/standby on a Lease ----------------------------------------------
+
+LEASE_RULES = [
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "patch"],
+    }
+]
 
 
-def test_replicas_with_peering(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    objects = rendered["peering"]
+def lease_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Role on Leases (and its binding to the operator), in the release's namespace."""
+    role = one(objects, "Role", f"{FULLNAME}-leases")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == LEASE_RULES
+    binding = one(objects, "RoleBinding", f"{FULLNAME}-leases")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == FULLNAME
+    return role
+
+
+def test_replicas_take_turns_on_a_lease(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["standby"]
     d = deployment(objects)
     assert d["spec"]["replicas"] == 3
     assert d["spec"]["strategy"]["type"] == "RollingUpdate"
-    assert f"--peering={FULLNAME}" in args_of(objects)
+    args = args_of(objects)
+    assert "--leader-elect" in args and not any(a.startswith("--shard") for a in args)
+    assert f"--lease-namespace={NAMESPACE}" in args and f"--lease-name={FULLNAME}" in args
+    # Its identity on the Lease: the pod's name (its hostname) and uid.
     env = {e["name"]: e for e in container(objects)["env"]}
-    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert one(objects, "ClusterKopfPeering")["metadata"]["name"] == FULLNAME
-    crds = {c["metadata"]["name"] for c in find(objects, "CustomResourceDefinition")}
-    assert crds == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
-    assert allows(rules_of(objects, FULLNAME), "kopf.dev", "clusterkopfpeerings", "patch")
+    assert env["AGENTWORKERS_POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    lease_role(objects)
+    # kopf's peering is gone: none of its CRDs, objects or rights.
+    assert not find(objects, "CustomResourceDefinition")
+    assert not any("kopf.dev" in str(o) for o in objects)
     assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
-def test_namespaced_peering() -> None:
-    objects = render("peering", {"watchNamespaces": "{team-a,team-b}"})
-    peerings = find(objects, "KopfPeering")
-    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
-    assert not find(objects, "ClusterKopfPeering")
-    assert allows(rules_of(objects, f"{FULLNAME}-namespaced"), "kopf.dev", "kopfpeerings", "patch")
-    assert not allows(rules_of(objects, FULLNAME), "kopf.dev", "clusterkopfpeerings", "get")
+def test_namespaced_standby_keeps_its_lease_in_the_release_namespace() -> None:
+    objects = render("standby", {"watchNamespaces": "{team-a,team-*}"})  # globs work too
+    lease_role(objects)
+    assert not allows(rules_of(objects, f"{FULLNAME}-namespaced"), "coordination.k8s.io",
+                      "leases", "get")  # fmt: skip
 
 
-def test_one_replica_has_no_peering(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_admission_apart_only_the_controller_takes_turns() -> None:
+    objects = render("standby", {"admission.replicas": "2"})
+    controller, admission = deployment(objects), deployment(objects, "admission")
+    assert "--leader-elect" in controller["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect" not in admission["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_one_replica_takes_no_lease(rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = rendered["default"]
-    assert not any(a.startswith("--peering") for a in args_of(objects))
-    assert not find(objects, "ClusterKopfPeering") and not find(objects, "PodDisruptionBudget")
-    assert not any("kopf.dev" in r["apiGroups"] for r in rules_of(objects, FULLNAME))
+    assert not any(a.startswith(("--leader-elect", "--lease")) for a in args_of(objects))
+    assert not find(objects, "Role") and not find(objects, "PodDisruptionBudget")
+    assert deployment(objects)["spec"]["strategy"]["type"] == "Recreate"
 
 
 def test_shards_are_a_statefulset_of_active_replicas() -> None:
@@ -526,20 +553,10 @@ def test_shards_are_a_statefulset_of_active_replicas() -> None:
     assert headless["spec"]["selector"].items() <= labels.items()
     args = sharded["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--shards=3" in args and f"--lease-namespace={NAMESPACE}" in args
-    # The shard index comes from the pod's ordinal; no peering: every replica is active.
-    assert not any(a.startswith(("--shard-index", "--peering")) for a in args)
-    assert not find(objects, "ClusterKopfPeering")
-    role = one(objects, "Role", f"{FULLNAME}-shards")
-    assert role["metadata"]["namespace"] == NAMESPACE
-    assert role["rules"] == [
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "patch"],
-        }
-    ]
-    binding = one(objects, "RoleBinding", f"{FULLNAME}-shards")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert f"--lease-name={FULLNAME}" in args
+    # The shard index comes from the pod's ordinal; every replica is active.
+    assert not any(a.startswith(("--shard-index", "--leader-elect")) for a in args)
+    lease_role(objects)
     assert one(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
 
@@ -551,10 +568,6 @@ def test_shards_are_a_statefulset_of_active_replicas() -> None:
         (
             {"replicas": "2", "shards": "2", "webhook.tls.secretName": "x"},
             "exclude each other",
-        ),
-        (
-            {"replicas": "2", "webhook.tls.secretName": "x", "watchNamespaces": "{team-*}"},
-            "KopfPeering object in every watched namespace",
         ),
     ],
 )

@@ -45,13 +45,13 @@ def test_the_operator_subcommand_keeps_its_flags() -> None:
         "operator", "-n", "team-*", "-n", "ops", "--kubeconfig", "k", "--no-webhook",
         "--webhook-port", "1", "--webhook-name", "x.io", "--webhook-addr", "0.0.0.0",
         "--webhook-host", "h", "--tls-dir", "/t", "--metrics-port", "0", "--liveness", "",
-        "--peering", "p", "-v",
+        "--leader-elect", "--lease-name", "rel", "-v",
     )  # fmt: skip
     assert args.namespace == ["team-*", "ops"]
     assert args.kubeconfig == "k" and args.no_webhook and args.verbose
     assert (args.webhook_port, args.webhook_name, args.webhook_addr) == (1, "x.io", "0.0.0.0")
     assert (args.webhook_host, args.tls_dir, args.metrics_port) == ("h", Path("/t"), 0)
-    assert (args.liveness, args.peering) == ("", "p")
+    assert (args.liveness, args.leader_elect, args.lease_name) == ("", True, "rel")
     assert args.func is cli._operator
     defaults = parse("operator")
     assert defaults.namespace == [] and defaults.webhook_port == 9443
@@ -64,6 +64,35 @@ def test_an_admission_role_without_its_webhook_is_a_usage_error(
 ) -> None:
     assert cli.main(["operator", "--role=admission", "--no-webhook"]) == cli.EXIT_USAGE
     assert "--role=admission serves the webhook" in capsys.readouterr().err
+
+
+def test_kopf_peering_is_gone(capsys: pytest.CaptureFixture[str]) -> None:
+    """Replicas take turns on the operator's own Leases now (--leader-elect)."""
+    assert cli.main(["operator", "--peering=p"]) == cli.EXIT_USAGE
+    assert "unrecognized arguments: --peering" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--shards=0"], "--shards 0: at least 1"),
+        (["--shards=2", "--shard-index=2"], "--shard-index 2 is not a shard of --shards 2"),
+        (["--shard-index=1"], "--shard-index 1 is not a shard of --shards 1"),
+    ],
+)
+def test_a_shard_index_outside_the_shards_is_a_usage_error(
+    flags: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["operator", *flags]) == cli.EXIT_USAGE
+    assert error in capsys.readouterr().err
+
+
+def test_one_shard_is_index_0_whatever_the_hostname(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Deployment's pod name ends in a random suffix, at times all digits."""
+    monkeypatch.setenv("HOSTNAME", "agentworkers-7c9d8-24567")
+    assert cli._shard_index(None, 1) == 0
+    monkeypatch.setenv("HOSTNAME", "agentworkers-2")
+    assert cli._shard_index(None, 3) == 2
 
 
 def test_bad_worker_defaults_stop_the_operator_naming_the_value(

@@ -31,13 +31,3 @@ def test_a_missing_crd_is_a_warning_unless_only_kueue_s_is_missing() -> None:
     assert optional.filter(record(logging.WARNING, unresolved, f"{kueue}, {ours}"))
     assert optional.filter(record(logging.WARNING, unresolved, ours))
     assert optional.filter(record(logging.WARNING, "Something else: %s", kueue))
-
-
-def test_the_replica_started_first_works_and_the_others_stand_by() -> None:
-    """kopf pauses every peer that sees another of its own priority; alike replicas get
-    theirs from their start, the oldest highest."""
-    from agentworkers.controller.kopf.startup import peering_priority  # noqa: PLC0415
-
-    first, second = peering_priority(1_700_000_000.25), peering_priority(1_700_000_000.5)
-    assert first > second
-    assert peering_priority(1_700_000_000.000001) != peering_priority(1_700_000_000.000002)

@@ -181,3 +181,23 @@ def test_a_conflict_is_retried_as_routine_not_as_an_error(
         assert metrics.RECONCILES.labels(handler="conflicted", result="conflict")._value.get() == 1
     finally:
         requeue.stop()
+
+
+def test_stop_waits_for_the_running_pass_and_starts_no_other() -> None:
+    """A clean exit gives its Leases up only once no pass of its runs any more."""
+    started, release = threading.Event(), threading.Event()
+    passes: list[str] = []
+
+    def slow(namespace: str, name: str) -> None:
+        passes.append(name)
+        started.set()
+        release.wait(5)
+
+    requeue = Requeue("Worker", "worker", slow)
+    requeue.attempt("team-a", "w1")
+    assert started.wait(5)
+    requeue.attempt("team-a", "w2")  # queued behind it: dropped by the stop
+    assert requeue.stop(wait=0.05) is False  # w1 still runs
+    threading.Timer(0.1, release.set).start()
+    assert requeue.stop(wait=5) is True
+    assert passes == ["w1"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agentworkers.controller.infra.sharding import Shards, assignment, shard_of
+from agentworkers.controller.infra.sharding import Shards, assignment, holder_identity, shard_of
 from agentworkers.errors import ApiError
 from agentworkers.kube.leases import Lease
 
@@ -152,3 +152,125 @@ def test_a_replica_that_cannot_renew_stops_serving_before_another_may_start() ->
     assert first.held() == set() and second.held() == {0, 1}
     # The gap: from the cut-off replica's last renewal to the other's claim.
     assert unserved <= first.duration + first.margin + 1
+
+
+# --- active/standby: one shard, several replicas of index 0 --------------------------------
+
+
+def standby_set(n: int, store: MemoryLeases, clock: Clock) -> list[Shards]:
+    """`n` replicas of a Deployment (--leader-elect): all index 0 of 1, told apart only
+    by their identity."""
+    return [
+        Shards(1, 0, store, on_gained=lambda _: None, clock=clock, identity=f"pod-{i}")
+        for i in range(n)
+    ]
+
+
+def test_one_shard_one_active_replica_and_no_member_leases() -> None:
+    store, clock = MemoryLeases(), Clock()
+    replicas_ = standby_set(3, store, clock)
+    rounds(replicas_, clock, 4)
+    assert [r.held() for r in replicas_] == [{0}, set(), set()]
+    assert set(owners(replicas_).values()) == {1}
+    # One lease, renewed by its holder alone: the standbys only read it.
+    assert set(store.leases) == {"agentworkers-shard-0"}
+    assert store.leases["agentworkers-shard-0"].holder == "pod-0"
+    assert store.writes == 4
+
+
+def test_a_standby_takes_over_a_lost_leader_never_both_at_once() -> None:
+    store, clock = MemoryLeases(), Clock()
+    leader, *standbys = standby_set(3, store, clock)
+    rounds([leader, *standbys], clock, 2)
+    gained: list[tuple[str, set[int]]] = []
+    for s in standbys:
+        s.on_gained = lambda k, s=s: gained.append((s.identity, k))  # type: ignore[misc]
+
+    # The leader dies (SIGKILL): its lease is unrenewed; a standby claims it once it has
+    # seen it so for `duration`, within duration + period of the last renewal.
+    elapsed = 0.0
+    while not any(s.held() for s in standbys):
+        assert not any(s.owns("team-0") for s in standbys)
+        rounds(standbys, clock, 1, seconds=1)
+        elapsed += 1
+        assert elapsed <= 30, "no standby took over within 30 s"
+    assert elapsed <= leader.duration + leader.period
+    assert len(gained) == 1 and gained[0][1] == {0}  # one standby, the whole store's pass
+    assert set(owners(standbys).values()) == {1}
+
+
+def test_a_leader_cut_off_stops_before_a_standby_starts() -> None:
+    store, clock = MemoryLeases(), Clock()
+    leader, standby = standby_set(2, store, clock)
+    rounds([leader, standby], clock, 2)
+    leader.leases = Unreachable()
+    served_twice = 0
+    for _ in range(40):
+        with contextlib.suppress(ApiError):
+            leader.step()
+        standby.step()
+        served_twice += leader.owns("team-0") and standby.owns("team-0")
+        clock.now += 1
+    assert not served_twice
+    assert leader.held() == set() and standby.held() == {0}
+
+
+def test_a_clean_exit_hands_the_lease_over_at_the_next_round() -> None:
+    store, clock = MemoryLeases(), Clock()
+    leader, standby = standby_set(2, store, clock)
+    rounds([leader, standby], clock, 2)
+    leader.resign()
+    assert leader.held() == set() and not leader.owns("team-0")
+    assert store.leases["agentworkers-shard-0"].holder == ""
+    standby.step()
+    assert standby.held() == {0}
+    leader.step()  # a round after its exit (a thread still going) claims nothing
+    assert leader.held() == set()
+    assert store.leases["agentworkers-shard-0"].holder == standby.identity
+
+
+def test_a_resigned_shard_replica_gives_its_member_lease_up_too() -> None:
+    store, clock = MemoryLeases(), Clock()
+    first, second = replicas(2, store, clock)
+    rounds([first, second], clock, 2)
+    first.resign()
+    assert store.leases["agentworkers-member-0"].holder == ""
+    rounds([second], clock, 1, seconds=0)
+    assert second.held() == {0, 1}  # at once: nothing to wait out
+
+
+def test_two_installs_in_one_namespace_keep_apart_by_prefix() -> None:
+    store, clock = MemoryLeases(), Clock()
+    a = Shards(1, 0, store, on_gained=lambda _: None, clock=clock, prefix="rel-a")
+    b = Shards(1, 0, store, on_gained=lambda _: None, clock=clock, prefix="rel-b")
+    rounds([a, b], clock, 1)
+    assert a.held() == b.held() == {0}
+    assert set(store.leases) == {"rel-a-shard-0", "rel-b-shard-0"}
+
+
+def test_outside_a_pod_the_holder_is_unique_to_its_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two local processes on one machine (one hostname) are two holders."""
+    monkeypatch.setenv("HOSTNAME", "laptop")
+    monkeypatch.delenv("AGENTWORKERS_POD_UID", raising=False)
+    first, second = holder_identity(), holder_identity()
+    assert first.startswith("laptop_") and first != second
+
+
+def test_a_container_restarted_in_its_pod_holds_its_lease_again_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The holder is the pod (its name and uid): a kubelet starts the new container only
+    once the old one has exited, so it need not wait the lease out as a standby does."""
+    monkeypatch.setenv("HOSTNAME", "agentworkers-7c9d8-x2b4q")
+    monkeypatch.setenv("AGENTWORKERS_POD_UID", "0b5c6a1e-uid")
+    store, clock = MemoryLeases(), Clock()
+    crashed = Shards(1, 0, store, on_gained=lambda _: None, clock=clock)
+    standby = Shards(1, 0, store, on_gained=lambda _: None, clock=clock, identity="other")
+    rounds([crashed, standby], clock, 2)
+    assert crashed.identity == "agentworkers-7c9d8-x2b4q_0b5c6a1e-uid"
+    restarted = Shards(1, 0, store, on_gained=lambda _: None, clock=clock)
+    restarted.step()
+    standby.step()
+    assert restarted.held() == {0} and standby.held() == set()

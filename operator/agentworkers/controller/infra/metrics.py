@@ -167,7 +167,8 @@ class TokenTracker:
 TOKENS = TokenTracker()
 SHARDS_HELD = Gauge(
     "agentworkers_shards_held",
-    "Shards of the namespaces this replica serves now (1 without --shards).",
+    "Shards of the namespaces this replica serves now: 1 without --shards or --leader-elect; "
+    "with --leader-elect, 1 on the active replica and 0 on a standby.",
 )
 
 QUOTA_TOKENS = Gauge(

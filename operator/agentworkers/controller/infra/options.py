@@ -31,17 +31,18 @@ class Options:
     metrics_port: int | None = 8080
     metrics_addr: str = "127.0.0.1"
     liveness: str | None = "http://127.0.0.1:8081/healthz"
-    standalone: bool = True
-    peering: str | None = None
     workers: int = 16
     watch_timeout: int = 270
     # Seconds any one API call may take (a webhook on the way may take 30 by itself).
     request_timeout: float = 60
     # Controller replicas that split the namespaces (1: no sharding), this one's index,
-    # and where their Leases live.
+    # whether replicas of one shard take turns on its Lease (active/standby), and the
+    # Leases' namespace and name prefix.
     shards: int = 1
     shard_index: int = 0
+    leader_elect: bool = False
     lease_namespace: str = "default"
+    lease_name: str = "agentworkers"
     # How long an agent's inputs keep still before a change is cut (core.revisions.SettleWindow).
     settle_seconds: float = DEFAULT_SETTLE_SECONDS
     # The operator's spans of each spawn (controller.infra.tracing): an OTLP/HTTP endpoint, or off.

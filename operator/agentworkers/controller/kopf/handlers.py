@@ -1,9 +1,9 @@
 """kopf registrations of the controller. Each handler parses, delegates and returns; the
 work is elsewhere. `startup` connects and feeds the store; these reconcile from it.
 
-With `--shards`, a replica handles only the namespaces of the shards it holds
-(`sharding`); every replica still keeps the whole store, so a shard it takes over is
-reconciled from what it already knows.
+With `--shards` or `--leader-elect`, a replica handles only the namespaces of the shards
+it holds (`sharding`; active/standby is one shard); every replica still keeps the whole
+store, so a shard it takes over is reconciled from what it already knows.
 
 Handlers that only queue work are `async`: they run on kopf's event loop as their event
 arrives. A synchronous one would wait for a thread of kopf's pool, holding its event's
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -71,8 +72,20 @@ def _if_mine(
 @kopf.on.startup()
 def start_queues(memo: kopf.Memo, **_: Any) -> None:
     options: Options = memo.options
-    memo.shards = Everything()
-    metrics.SHARDS_HELD.set(1)
+    memo.sharding_stop = threading.Event()
+    if options.shards > 1 or options.leader_elect:
+        memo.shards = Shards(
+            options.shards,
+            options.shard_index,
+            Leases(memo.storage.api, options.lease_namespace),
+            on_gained=partial(_take_over, memo),
+            prefix=options.lease_name,
+        )
+        # Set before the queues: a standby never shows 1, not even while it starts.
+        metrics.SHARDS_HELD.set_function(lambda: len(memo.shards.held()))
+    else:
+        memo.shards = Everything()
+        metrics.SHARDS_HELD.set(1)
     memo.workers = Requeue(
         "Worker",
         "worker",
@@ -100,16 +113,8 @@ def start_queues(memo: kopf.Memo, **_: Any) -> None:
     memo.configs = Requeue(
         "AgentConfig", "agentconfig", _if_mine(memo, config_then_pool), threads=2
     )
-    memo.sharding_stop = threading.Event()
-    if options.shards > 1:
-        memo.shards = Shards(
-            options.shards,
-            options.shard_index,
-            Leases(memo.storage.api, options.lease_namespace),
-            on_gained=partial(_take_over, memo),
-        )
-        metrics.SHARDS_HELD.set_function(lambda: len(memo.shards.held()))
-        memo.shards.step()  # hold our own shard before the first event arrives
+    if isinstance(memo.shards, Shards):
+        memo.shards.step()  # hold our own shard before the first event arrives (queues made)
         threading.Thread(
             target=memo.shards.run, args=(memo.sharding_stop,), name="sharding", daemon=True
         ).start()
@@ -127,13 +132,20 @@ def _take_over(memo: kopf.Memo, shards: set[int]) -> None:
                 queue.attempt(namespace, name)
 
 
+# How long a clean exit waits for the running passes before it gives its Leases up.
+STOP_SECONDS = 10.0
+
+
 @kopf.on.cleanup()
 def stop_queues(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the passes, then hand the Leases over at once (a rolling update, a drained
+    node); only once no pass of ours runs, else they are left to run out."""
     memo.sharding_stop.set()
-    memo.accountant.stop()
-    memo.workers.stop()
-    memo.configs.stop()
-    memo.pools.stop()
+    until = time.monotonic() + STOP_SECONDS
+    stopped = [memo.accountant, memo.workers, memo.configs, memo.pools]
+    quiet = [s.stop(max(until - time.monotonic(), 0)) for s in stopped]  # each one stopped
+    if all(quiet) and isinstance(memo.shards, Shards):
+        memo.shards.resign()
 
 
 # AgentConfigs and profiles are reconciled from watch events too, not through kopf's

@@ -14,7 +14,6 @@ event).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from functools import cache, partial
 from typing import Any
@@ -41,9 +40,6 @@ PODS = ("", "v1", "pods")
 # Kueue's, one per queued run's pod: why it waits. kopf watches them only where Kueue's
 # CRD exists (it watches CRDs, and starts when one appears).
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
-# Seconds a peer's keepalive holds: a standby takes over this long after the active
-# replica's last (kopf's default, 60, is past a failover a platform team waits out).
-PEERING_LIFETIME = 15
 # Only the pods of Workers: the operator never reads any other.
 POD_FILTER: dict[str, Any] = {"labels": {WORKER_LABEL: kopf.PRESENT}}
 
@@ -75,11 +71,9 @@ def configure(
     settings.watching.label_selectors[PODS] = WORKER_LABEL
     settings.execution.max_workers = options.workers
     settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
-    settings.peering.standalone = options.standalone
-    if options.peering:
-        settings.peering.name = options.peering
-        settings.peering.priority = peering_priority(time.time())
-        settings.peering.lifetime = PEERING_LIFETIME
+    # kopf's own peering stays off: replicas take turns on our Leases (`sharding`), and
+    # every replica keeps watching, its store warm for a takeover.
+    settings.peering.standalone = True
     memo.api = kube.connect(
         options.kubeconfig, timeout=options.request_timeout, threads=options.workers
     ).api
@@ -92,13 +86,6 @@ def configure(
     memo.synced = kopf_fixes.indexed
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
-
-
-def peering_priority(started: float) -> int:
-    """The replica started first works; the others stand by. Replicas of one Deployment
-    are alike, and kopf pauses every peer that sees another of its own priority: equal
-    priorities would leave none working."""
-    return -int(started * 1_000_000)
 
 
 @kopf.on.cleanup()

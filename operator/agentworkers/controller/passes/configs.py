@@ -3,7 +3,7 @@
 Idempotent from any line: revisions have deterministic names and are adopted when a
 crashed pass already made them; status is recomputed from what exists. One lock per
 AgentConfig keeps the AgentConfig handler and the profile watch from racing in this
-process (operator replicas are active/standby through kopf peering).
+process (across replicas, only the holder of the namespace's Lease reconciles: `sharding`).
 """
 
 from __future__ import annotations

@@ -224,8 +224,13 @@ class Accountant:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> bool:
+        """No pass starts from now on; waits up to `wait` seconds for a running one to end.
+        True when none runs."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(wait)
+        return not self._thread.is_alive()
 
     def _run(
         self,

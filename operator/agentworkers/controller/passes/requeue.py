@@ -77,6 +77,7 @@ class Requeue:
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # a key was queued, or stop
         self._timer = threading.Condition(self._lock)  # a retry was scheduled, or stop
+        self._ended = threading.Condition(self._lock)  # a pass ended
         self._queue: deque[Key] = deque()
         self._dirty: set[Key] = set()  # asked for and not yet taken by a pass
         self._running: set[Key] = set()
@@ -115,6 +116,7 @@ class Requeue:
             finally:
                 with self._lock:
                     self._running.discard(key)
+                    self._ended.notify_all()
                     if key in self._dirty:  # asked for again while it ran
                         self._queue.append(key)
                         self._work.notify()
@@ -199,7 +201,9 @@ class Requeue:
             self._failures.pop(key, None)
             self._due.pop(key, None)
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> bool:
+        """No pass starts from now on; waits up to `wait` seconds for the running ones to
+        end. True when none runs."""
         with self._lock:
             self._stopped = True
             self._queue.clear()
@@ -207,3 +211,4 @@ class Requeue:
             self._due.clear()
             self._work.notify_all()
             self._timer.notify()
+            return self._ended.wait_for(lambda: not self._running, timeout=wait)
