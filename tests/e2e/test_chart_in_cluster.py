@@ -249,7 +249,7 @@ def test_upgrade_uninstall_and_reinstall_keep_every_worker_and_revision(
             str(newer),
             "-n",
             install.system,
-            "--reuse-values",
+            "--reset-then-reuse-values",  # as the README says
             "--set",
             "workerDefaults.nodeSelector.kubernetes\\.io/os=linux",
         )
