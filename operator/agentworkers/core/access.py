@@ -15,6 +15,7 @@ from typing import Any
 from agentworkers.api import GROUP
 from agentworkers.api.names import IDENTITY_LABEL, WORKER_LABEL
 from agentworkers.core.identities import is_pool_account
+from agentworkers.core.objects import meta
 from agentworkers.core.owners import owner_reference
 
 ACCOUNT_PREFIX = "worker-"
@@ -48,11 +49,11 @@ def agent_account(
 ) -> dict[str, Any]:
     """An account the AgentConfig `config` owns (a warm pod's, a pooled one): named
     `name`, labelled `label` with its agent, goes with the agent."""
-    meta = config["metadata"]
+    agent = meta(config)
     metadata = {
         "name": name,
-        "namespace": meta["namespace"],
-        "labels": {label: meta["name"]},
+        "namespace": agent.namespace,
+        "labels": {label: agent.name},
         "ownerReferences": [owner_reference(config)],
     }
     return account_object(metadata, annotations)
@@ -105,12 +106,12 @@ def access_objects(
     worker's runtime, owned by the Worker. `account`: the ServiceAccount the RoleBinding
     binds instead of the run's own (a warm pod's, once the run claimed it, or a pooled
     one: the RoleBinding then carries its name, so the pool sees when none names it)."""
-    meta = worker_body["metadata"]
-    name = account_name(meta["name"])
-    owned = {
+    worker = meta(worker_body)
+    name = account_name(worker.name)
+    owned: dict[str, Any] = {
         "name": name,
-        "namespace": meta["namespace"],
-        "labels": {WORKER_LABEL: meta["name"]},
+        "namespace": worker.namespace,
+        "labels": {WORKER_LABEL: worker.name},
         "ownerReferences": [owner_reference(worker_body)],
     }
     pooled = {IDENTITY_LABEL: account} if account and is_pool_account(account) else {}
@@ -120,7 +121,7 @@ def access_objects(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": owned,
-            "rules": role_rules(meta["name"], agent, children),
+            "rules": role_rules(worker.name, agent, children),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -128,7 +129,7 @@ def access_objects(
             "metadata": {**owned, "labels": {**owned["labels"], **pooled}},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [
-                {"kind": "ServiceAccount", "name": account or name, "namespace": meta["namespace"]}
+                {"kind": "ServiceAccount", "name": account or name, "namespace": worker.namespace}
             ],
         },
     ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentworkers.api.names import IDENTITY_LABEL
+from agentworkers.core.objects import meta
 
 # Never the `worker-` prefix of a run's own account nor the `warm-` one of a warm pod's
 # (`core.access`, `core.pools`): admission tells the three apart by name.
@@ -110,11 +111,11 @@ def plan(accounts: list[Account], size: int, annotations: str, now: float) -> Po
 
 def of_pod(pod: dict[str, Any]) -> str | None:
     """The pooled account a run's pod runs as; None: the run's own account."""
-    return (pod["metadata"].get("labels") or {}).get(IDENTITY_LABEL) or None
+    return meta(pod).labels.get(IDENTITY_LABEL) or None
 
 
 def run_as(pod: dict[str, Any], account: str) -> None:
     """Make a run's pod run as the pooled `account`, labelled with it: the pod is what
     records, durably, that the account is the run's."""
     pod["spec"]["serviceAccountName"] = account
-    pod["metadata"]["labels"] = {**(pod["metadata"].get("labels") or {}), IDENTITY_LABEL: account}
+    pod["metadata"]["labels"] = {**meta(pod).labels, IDENTITY_LABEL: account}

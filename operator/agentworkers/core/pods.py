@@ -17,6 +17,7 @@ from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.names import AGENT_LABEL, KUEUE_QUEUE_LABEL, WORKER_LABEL
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.objects import meta, pod_status
 from agentworkers.core.owners import owner_reference
 
 # The worker image when neither the AgentConfig nor the install names one: this release's.
@@ -37,18 +38,9 @@ def pod_name(worker: str) -> str:
     return worker
 
 
-def owned_by(pod: dict[str, Any], uid: str) -> bool:
-    """Whether `pod` is the one a Worker of this uid made (a pod of its name may not be)."""
-    return uid in {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
-
-
 def running_since(pod: dict[str, Any]) -> str | None:
     """When the pod's first container started running, as its kubelet reported."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
-        if started:
-            return str(started)
-    return None
+    return pod_status(pod).running_since
 
 
 # Exit codes above 128 are a signal's number plus 128, as a shell and a kubelet report them.
@@ -60,19 +52,17 @@ def failure(pod: dict[str, Any]) -> tuple[str | None, str]:
     DeadlineExceeded), else OOMKilled when its container's memory limit killed it, if
     either, and what its container's end says, e.g. `container agent exited 137
     (SIGKILL): OOMKilled`."""
-    status = pod.get("status") or {}
-    if status.get("message"):
-        return status.get("reason"), str(status["message"])
-    for container in status.get("containerStatuses") or []:
-        ended = (container.get("state") or {}).get("terminated")
-        if ended:
-            code = ended.get("exitCode")
-            signal = f" ({SIGNALS[code]})" if code in SIGNALS else ""
-            why = f": {ended['reason']}" if ended.get("reason") else ""
-            oom = reasons.OOM_KILLED if ended.get("reason") == reasons.OOM_KILLED else None
-            said = f"container {container['name']} exited {code}{signal}{why}"
-            return status.get("reason") or oom, said
-    return status.get("reason"), "the pod failed"
+    status = pod_status(pod)
+    if status.message:
+        return status.reason, status.message
+    if (ended := status.terminated) is not None:
+        code = ended.exit_code
+        signal = f" ({SIGNALS[code]})" if code in SIGNALS else ""
+        why = f": {ended.reason}" if ended.reason else ""
+        oom = reasons.OOM_KILLED if ended.reason == reasons.OOM_KILLED else None
+        said = f"container {ended.container} exited {code}{signal}{why}"
+        return status.reason or oom, said
+    return status.reason, "the pod failed"
 
 
 def build_pod(
@@ -85,8 +75,8 @@ def build_pod(
 ) -> dict[str, Any]:
     """The run's pod; `deadline_seconds` its activeDeadlineSeconds (`core.clocks`).
     `config.worker` holds the pod's knobs, the install's defaults filled in."""
-    meta = worker_body["metadata"]
-    name = meta["name"]
+    worker_meta = meta(worker_body)
+    name, namespace = worker_meta.name, worker_meta.namespace
     # The secrets the run may use, the agent's model key, which every run of it needs, and
     # the header Secrets of the MCP servers it keeps (those of a hidden server stay out).
     headers = {name for server in effective.mcp_servers for name in server.secrets()}
@@ -117,11 +107,11 @@ def build_pod(
         "image": config.worker.image or DEFAULT_IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "command": ["agentworkers", "run"],
-        "args": [f"--worker={name}", f"--namespace={meta['namespace']}"],
+        "args": [f"--worker={name}", f"--namespace={namespace}"],
         "workingDir": SANDBOX,
         "env": [
             {"name": "AGENTWORKERS_WORKER", "value": name},
-            {"name": "AGENTWORKERS_NAMESPACE", "value": meta["namespace"]},
+            {"name": "AGENTWORKERS_NAMESPACE", "value": namespace},
             {"name": "AGENTWORKERS_SANDBOX", "value": SANDBOX},
             {
                 "name": EFFECTIVE_CONFIG_ENV,
@@ -184,7 +174,7 @@ def build_pod(
         "kind": "Pod",
         "metadata": {
             "name": pod_name(name),
-            "namespace": meta["namespace"],
+            "namespace": namespace,
             "labels": labels,
             "ownerReferences": [owner_reference(worker_body)],
         },

@@ -42,6 +42,7 @@ from agentworkers.api.names import (
     WORKER_LABEL,
 )
 from agentworkers.core import clocks
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV
 from agentworkers.core.spawning import decode_binding
@@ -113,7 +114,7 @@ def warm_pod(
     plain run of it), owned by the AgentConfig `owner` (removed with it), running as the
     account `name` (its own, with no rights until a claim binds a run's Role to it)."""
     pod = copy.deepcopy(template)
-    namespace = owner["metadata"]["namespace"]
+    namespace = meta(owner).namespace
     container = pod["spec"]["containers"][0]
     container["args"] = ["--warm", f"--namespace={namespace}"]
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
@@ -164,17 +165,17 @@ def claim_patch(
     the store showed (a second claimer gets a 409), it leaves the pool, names the run,
     carries the claim and, for a top-level run, the revision it froze, and is owned by
     the Worker alone."""
-    meta = worker_body["metadata"]
+    warm = meta(pod)
     annotations = {CLAIM_ANNOTATION: claim.model_dump_json(by_alias=True)}
     if frozen is not None:
         annotations[FROZEN_ANNOTATION] = frozen.model_dump_json(by_alias=True)
     patch: dict[str, Any] = {
         "metadata": {
-            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "resourceVersion": warm.resource_version,
             "labels": {
                 POOL_LABEL: None,
-                CLAIMED_LABEL: pod["metadata"]["labels"][AGENT_LABEL],
-                WORKER_LABEL: meta["name"],
+                CLAIMED_LABEL: warm.labels[AGENT_LABEL],
+                WORKER_LABEL: meta(worker_body).name,
             },
             "annotations": annotations,
             "ownerReferences": [owner_reference(worker_body)],
@@ -191,8 +192,8 @@ def check_claim(claim: Claim, warm_revision: str, worker_body: dict[str, Any]) -
     claim names this very Worker, and the revision the pod was warmed at is the one the
     claim, and a profiled run's binding, name. A pod warmed under one revision never runs
     a run bound to another, whatever the operator wrote."""
-    meta = worker_body["metadata"]
-    if (claim.worker, claim.uid) != (meta["name"], meta["uid"]):
+    worker = meta(worker_body)
+    if (claim.worker, claim.uid) != (worker.name, worker.uid):
         raise WarmPodMismatchError(
             f"the claim names worker {claim.worker} ({claim.uid}), not this one",
             field=CLAIM_ANNOTATION,
@@ -203,7 +204,7 @@ def check_claim(claim: Claim, warm_revision: str, worker_body: dict[str, Any]) -
             f"{claim.revision.name}",
             field=CLAIM_ANNOTATION,
         )
-    annotation = (meta.get("annotations") or {}).get(BINDING_ANNOTATION)
+    annotation = worker.annotations.get(BINDING_ANNOTATION)
     if annotation is not None:
         binding = decode_binding(annotation)
         warmed = (str(claim.revision.revision), claim.revision.digest)
@@ -237,18 +238,16 @@ class PoolPod:
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> PoolPod:
-        meta = body["metadata"]
-        labels = meta.get("labels") or {}
-        created = meta.get("creationTimestamp") or "1970-01-01T00:00:00Z"
+        of = meta(body)
         return cls(
-            name=meta["name"],
-            uid=meta.get("uid", ""),
-            version=meta.get("resourceVersion", ""),
-            revision=labels.get(REVISION_LABEL, ""),
-            settings=labels.get(POD_SETTINGS_LABEL, ""),
-            created=clocks.parse(created),
-            phase=(body.get("status") or {}).get("phase"),
-            deleting=bool(meta.get("deletionTimestamp")),
+            name=of.name,
+            uid=of.uid,
+            version=of.resource_version,
+            revision=of.labels.get(REVISION_LABEL, ""),
+            settings=of.labels.get(POD_SETTINGS_LABEL, ""),
+            created=clocks.parse(of.creation_timestamp or "1970-01-01T00:00:00Z"),
+            phase=phase(body),
+            deleting=of.deleting,
         )
 
 
@@ -331,5 +330,5 @@ def claimable(
 def claimed_account(pod: dict[str, Any]) -> str | None:
     """The ServiceAccount of a warm pod a run claimed (named as the pod); None for a pod
     made for its run, which runs as the run's own account."""
-    labels = pod["metadata"].get("labels") or {}
-    return str(pod["metadata"]["name"]) if labels.get(CLAIMED_LABEL) else None
+    of = meta(pod)
+    return of.name if of.labels.get(CLAIMED_LABEL) else None

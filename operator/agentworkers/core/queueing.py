@@ -15,6 +15,7 @@ from typing import Any
 
 from agentworkers.api import reasons
 from agentworkers.api.names import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
+from agentworkers.core.objects import meta, pod_status
 
 # The Workload condition that is False, with Kueue's reason, while no quota is reserved.
 QUOTA_RESERVED = "QuotaReserved"
@@ -35,15 +36,13 @@ class Standing:
 
 def queue_of(pod: dict[str, Any]) -> str | None:
     """The LocalQueue the pod was put in, if any."""
-    labels = pod.get("metadata", {}).get("labels") or {}
-    queue = labels.get(KUEUE_QUEUE_LABEL)
+    queue = meta(pod).labels.get(KUEUE_QUEUE_LABEL)
     return str(queue) if queue else None
 
 
 def gated(pod: dict[str, Any]) -> bool:
     """Whether Kueue still holds the pod back (it has not admitted it)."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(g.get("name") == KUEUE_ADMISSION_GATE for g in gates)
+    return KUEUE_ADMISSION_GATE in pod_status(pod).gates
 
 
 def _condition(workload: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:

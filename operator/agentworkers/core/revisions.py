@@ -35,6 +35,7 @@ from agentworkers.api.names import (
 )
 from agentworkers.api.profile import VirtualAgentProfileSpec
 from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.core.objects import meta, phase
 from agentworkers.errors import AgentWorkersError, DuplicateKeyError, TooManyProfilesError
 from agentworkers.virtualagent import (
     DEFAULT_MAX_PROFILES,
@@ -274,7 +275,7 @@ def pinned_by(agent: str, workers: Iterable[Mapping[str, Any]]) -> set[str]:
     pinned: set[str] = set()
     for worker in workers:
         spec, status = worker.get("spec") or {}, worker.get("status") or {}
-        if spec.get("agent") != agent or status.get("phase") in TERMINAL_PHASES:
+        if spec.get("agent") != agent or phase(worker) in TERMINAL_PHASES:
             continue
         if frozen := (status.get("frozenRevision") or {}).get("name"):
             pinned.add(frozen)
@@ -289,8 +290,8 @@ def applied_by(objects: Iterable[Mapping[str, Any]]) -> str:
     "" when none does (kubectl, a program)."""
     found: set[str] = set()
     for obj in objects:
-        meta = obj.get("metadata") or {}
-        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        of = meta(obj)
+        labels, annotations = of.labels, of.annotations
         if name := labels.get(FLUX_NAME_LABEL):
             found.add(f"Flux Kustomization {labels.get(FLUX_NAMESPACE_LABEL, '')}/{name}")
         elif tracking := annotations.get(ARGOCD_TRACKING_ANNOTATION):
@@ -304,12 +305,7 @@ Fingerprint = tuple[tuple[str, int], ...]
 def fingerprint(objects: Iterable[Mapping[str, Any]]) -> Fingerprint:
     """What an agent's inputs are, as the API server counts their changes: each object's
     uid and generation (which moves with the spec, not with status or labels)."""
-    return tuple(
-        sorted(
-            (str(o["metadata"].get("uid", "")), int(o["metadata"].get("generation") or 0))
-            for o in objects
-        )
-    )
+    return tuple(sorted((of.uid, of.generation or 0) for of in map(meta, objects)))
 
 
 # Measured in docs/gitops.md: one sync applies a commit's objects well within it.

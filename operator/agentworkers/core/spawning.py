@@ -22,6 +22,7 @@ from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.api.worker import BindingSummary, InheritedBounds, WorkerSpec, WorkerStatus
+from agentworkers.core.objects import meta
 from agentworkers.core.revisions import frozen_map
 from agentworkers.core.tracing import trace_id_of
 from agentworkers.virtualagent import (
@@ -67,19 +68,18 @@ def parent_run(chain: Sequence[dict[str, Any]]) -> ParentRun | None:
         return None
     body = chain[0]
     ancestor = profile_run(chain)
+    parent = meta(body)
     return ParentRun(
-        name=body["metadata"]["name"],
+        name=parent.name,
         agent=(body.get("spec") or {}).get("agent", ""),
         frozen=_frozen(body),
         bounded_by=(
-            InheritedBounds(
-                worker=ancestor["metadata"]["name"], profile=ancestor["spec"]["profile"]
-            )
+            InheritedBounds(worker=meta(ancestor).name, profile=ancestor["spec"]["profile"])
             if ancestor is not None
             else None
         ),
         deadline_at=(body.get("status") or {}).get("deadlineAt"),
-        trace_id=trace_id_of((body.get("spec") or {}).get("traceparent"), body["metadata"]["uid"]),
+        trace_id=trace_id_of((body.get("spec") or {}).get("traceparent"), parent.uid),
     )
 
 
@@ -155,7 +155,7 @@ def check_binding_write(
     annotations: Mapping[str, str], old: Mapping[str, Any] | None, by_operator: bool
 ) -> None:
     """Admission's rule: nobody but the operator sets, changes or removes a binding."""
-    before = ((old or {}).get("metadata") or {}).get("annotations") or {}
+    before = meta(old or {}).annotations
     after = annotations.get(BINDING_ANNOTATION)
     if by_operator or after == before.get(BINDING_ANNOTATION):
         return

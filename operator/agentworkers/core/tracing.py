@@ -28,6 +28,7 @@ from typing import Any
 
 from agentworkers.api.names import mcp_tool_of
 from agentworkers.api.tracing import TRACEPARENT_RULE
+from agentworkers.core.objects import meta
 from agentworkers.errors import InvalidSpecError
 from agentworkers.virtualagent.text import utf8_len
 
@@ -127,7 +128,7 @@ def run_traceparent(body: Mapping[str, Any], ratio: float) -> str:
     """The traceparent of a Worker's run span: what a child spawned from outside its run
     (a client) carries, to sit under it."""
     spec = body.get("spec") or {}
-    return run_context(spec.get("traceparent"), body["metadata"]["uid"], ratio).header()
+    return run_context(spec.get("traceparent"), meta(body).uid, ratio).header()
 
 
 def check_child_trace(traceparent: str | None, parent_name: str, parent_trace_id: int) -> None:
@@ -144,9 +145,9 @@ def check_child_trace(traceparent: str | None, parent_name: str, parent_trace_id
 
 def check_spawn_trace(traceparent: str | None, parent_body: Mapping[str, Any]) -> None:
     """`check_child_trace` against the parent Worker as stored."""
-    meta = parent_body["metadata"]
-    parent_trace = trace_id_of((parent_body.get("spec") or {}).get("traceparent"), meta["uid"])
-    check_child_trace(traceparent, meta["name"], parent_trace)
+    parent = meta(parent_body)
+    parent_trace = trace_id_of((parent_body.get("spec") or {}).get("traceparent"), parent.uid)
+    check_child_trace(traceparent, parent.name, parent_trace)
 
 
 def bounded(text: str, limit: int) -> str:

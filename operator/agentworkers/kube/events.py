@@ -18,6 +18,7 @@ from typing import Any
 from agentworkers.api.names import FIELD_MANAGER
 from agentworkers.core.clocks import now
 from agentworkers.core.conditions import truncate
+from agentworkers.core.objects import meta
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 
@@ -40,21 +41,21 @@ class Recorder:
         """Post the Event unless it is a recent repeat; returns whether it was posted.
 
         Best effort: an Event that cannot be posted never fails a handler."""
-        meta = body["metadata"]
+        about = meta(body)
         message = truncate(message)
-        key = (meta["uid"], type_, reason, message)
+        key = (about.uid, type_, reason, message)
         if not self._first(key):
             return False
         stamp = now()
         event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"generateName": f"{about.name}.", "namespace": about.namespace},
             "involvedObject": {
                 "apiVersion": body["apiVersion"],
                 "kind": body["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta["uid"],
-                "resourceVersion": meta.get("resourceVersion"),
+                "name": about.name,
+                "namespace": about.namespace,
+                "uid": about.uid,
+                "resourceVersion": about.resource_version or None,
             },
             "type": type_,
             "reason": reason,
@@ -67,12 +68,12 @@ class Recorder:
             "count": 1,
         }
         try:
-            self.api.create("events", meta["namespace"], event)
+            self.api.create("events", about.namespace, event)
         except ApiError as e:
             with self._lock:
                 self._posted.pop(key, None)  # not posted: a later pass may try again
             log.warning(
-                "could not post the %s Event on %s/%s: %s", reason, body["kind"], meta["name"], e
+                "could not post the %s Event on %s/%s: %s", reason, body["kind"], about.name, e
             )
             return False
         return True

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentworkers.core.clocks import now
+from agentworkers.core.objects import meta
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
 
@@ -27,13 +28,13 @@ class Lease:
 
 
 def _lease(body: dict[str, Any]) -> Lease:
-    spec = body.get("spec") or {}
+    spec, read = body.get("spec") or {}, meta(body)
     return Lease(
-        name=body["metadata"]["name"],
+        name=read.name,
         holder=spec.get("holderIdentity") or "",
         renewed=spec.get("renewTime") or "",
         duration=int(spec.get("leaseDurationSeconds") or 0),
-        version=body["metadata"]["resourceVersion"],
+        version=read.resource_version,
     )
 
 

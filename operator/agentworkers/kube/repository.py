@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.common import API_VERSION
 from agentworkers.api.names import AGENT_LABEL, APPLIED_BY_ANNOTATION
-from agentworkers.core.owners import owner_reference
-from agentworkers.core.pods import owned_by
+from agentworkers.core.objects import meta
+from agentworkers.core.owners import owned_by, owner_reference, references
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import Api
@@ -157,7 +157,7 @@ class Storage:
         if self.store is not None:
             return self.store.children(namespace, parent)
         return sorted(
-            w["metadata"]["name"]
+            meta(w).name
             for w in self.items("workers", namespace)
             if (w.get("spec") or {}).get("parent") == parent
         )
@@ -190,24 +190,17 @@ class Storage:
             if e.status != 404:
                 raise
             return None
-        return str(self._remember(plural, found)["metadata"]["resourceVersion"])
+        return meta(self._remember(plural, found)).resource_version
 
     # --- revisions -------------------------------------------------------
 
     def revisions(self, namespace: str, agent: str) -> list[ExistingRevision]:
         return [
             ExistingRevision(
-                name=r["metadata"]["name"],
+                name=meta(r).name,
                 revision=int(r["spec"]["revision"]),
                 digest=r["spec"]["digest"],
-                owner_uid=next(
-                    (
-                        o["uid"]
-                        for o in r["metadata"].get("ownerReferences", [])
-                        if o.get("controller")
-                    ),
-                    None,
-                ),
+                owner_uid=next((o.uid for o in references(r) if o.controller), None),
             )
             for r in self.of_agent("agentconfigrevisions", namespace, agent)
         ]
@@ -216,7 +209,8 @@ class Storage:
         self, config: Body, spec: AgentConfigRevisionSpec, applied_by: str = ""
     ) -> ExistingRevision:
         """Create the revision, or adopt the one a crashed earlier pass made with this content."""
-        namespace = config["metadata"]["namespace"]
+        owner = meta(config)
+        namespace = owner.namespace
         name = revision_name(spec.agent, spec.revision)
         body = {
             "apiVersion": API_VERSION,
@@ -237,15 +231,12 @@ class Storage:
             if e.status != 409:
                 raise
             existing = self.get("agentconfigrevisions", namespace, name) or {}
-            owners = [o.get("uid") for o in existing.get("metadata", {}).get("ownerReferences", [])]
-            if (
-                existing.get("spec", {}).get("digest") != spec.digest
-                or config["metadata"]["uid"] not in owners
-            ):
+            same = existing.get("spec", {}).get("digest") == spec.digest
+            if not same or not owned_by(existing, owner.uid):
                 raise Conflict(
                     f"AgentConfigRevision {name} exists with other content or another owner"
                 ) from e
-        return ExistingRevision(name, spec.revision, spec.digest, config["metadata"]["uid"])
+        return ExistingRevision(name, spec.revision, spec.digest, owner.uid)
 
     def delete_revision(self, namespace: str, name: str) -> None:
         self._delete("agentconfigrevisions", namespace, name)
@@ -296,17 +287,17 @@ class Storage:
         The resourceVersion precondition makes a write like the binding happen exactly
         once: a second writer gets a 409 and re-reads instead of overwriting.
         """
-        meta = body["metadata"]
+        read = meta(body)
         patch = {
             "metadata": {
-                "resourceVersion": meta["resourceVersion"],
+                "resourceVersion": read.resource_version,
                 "annotations": dict(annotations),
                 "labels": dict(labels),
                 "ownerReferences": owner_references,
             }
         }
-        found = self.api.patch(plural, meta["namespace"], meta["name"], patch)
-        return str(self._remember(plural, found)["metadata"]["resourceVersion"])
+        found = self.api.patch(plural, read.namespace, read.name, patch)
+        return meta(self._remember(plural, found)).resource_version
 
     def get_pod(self, namespace: str, name: str, *, confirm: bool = False) -> dict[str, Any] | None:
         """The pod, as the store has it; `confirm`: a pod the store lacks is looked for in
@@ -319,7 +310,7 @@ class Storage:
 
     def create_pod(self, pod: dict[str, Any], owner_uid: str) -> dict[str, Any]:
         """Create the pod, or adopt the one an earlier pass made (same owner); else Conflict."""
-        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        namespace, name = meta(pod).namespace, meta(pod).name
         try:
             return self._remember("pods", self.api.create("pods", namespace, pod))
         except ApiError as e:
@@ -374,7 +365,7 @@ class Storage:
                 obj["kind"], "rolebindings"
             )
             try:
-                self.api.create(plural, obj["metadata"]["namespace"], obj)
+                self.api.create(plural, meta(obj).namespace, obj)
                 created_role = created_role or obj["kind"] == "Role"
             except ApiError as e:
                 if e.status != 409:
@@ -386,7 +377,7 @@ class Storage:
         return list(self.items(plural, namespace, selector))
 
     def create_account(self, account: dict[str, Any]) -> dict[str, Any]:
-        return self.api.create("serviceaccounts", account["metadata"]["namespace"], account)
+        return self.api.create("serviceaccounts", meta(account).namespace, account)
 
     def delete_account(self, namespace: str, name: str, uid: str) -> None:
         """Delete the ServiceAccount of this uid; gone, or another by now: nothing to do."""

@@ -29,6 +29,8 @@ from typing import Any
 
 from agentworkers.api.names import CLAIMED_LABEL, IDENTITY_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.worker import RUNTIME_STATUS
+from agentworkers.core.objects import Meta, meta
+from agentworkers.core.owners import owner_names
 
 Body = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -135,25 +137,16 @@ TRIM: dict[str, Callable[[Mapping[str, Any]], Body]] = {
 }
 
 
-def _newer(candidate: Mapping[str, Any], kept: Mapping[str, Any]) -> bool:
-    """Whether `candidate` is not older than `kept`. Resource versions are opaque to
-    clients, but etcd's are integers; when they are not, the later arrival wins."""
-    new = candidate["metadata"].get("resourceVersion", "")
-    old = kept["metadata"].get("resourceVersion", "")
-    if new.isdigit() and old.isdigit():
-        return int(new) >= int(old)
-    return True
-
-
 def _older(old: str, new: str) -> bool:
-    """Whether version `old` is older than `new` (etcd's are integers; others: unknown)."""
+    """Whether version `old` is older than `new`. Resource versions are opaque to clients,
+    but etcd's are integers; when they are not, neither is older (the later arrival wins)."""
     return old.isdigit() and new.isdigit() and int(old) < int(new)
 
 
 def _digest(trimmed: Body) -> int:
     """What the store keeps of an object, but its version, as one number to compare."""
-    meta = {k: v for k, v in trimmed["metadata"].items() if k != "resourceVersion"}
-    return hash(json.dumps({**trimmed, "metadata": meta}, sort_keys=True, default=str))
+    rest = {k: v for k, v in trimmed["metadata"].items() if k != "resourceVersion"}
+    return hash(json.dumps({**trimmed, "metadata": rest}, sort_keys=True, default=str))
 
 
 # Pod labels indexed by value: a run's pod by its Worker (a claimed warm pod's name is not
@@ -165,7 +158,7 @@ INDEXED_POD_LABELS = (WORKER_LABEL, POOL_LABEL, CLAIMED_LABEL, IDENTITY_LABEL)
 def _agent(plural: str, body: Mapping[str, Any]) -> str | None:
     spec = body.get("spec") or {}
     if plural == "agentconfigs":
-        return str(body["metadata"]["name"])
+        return meta(body).name
     if plural == "pods":
         return None
     return spec.get("agent")
@@ -200,32 +193,33 @@ class Store:
         """An object as the API server returned it to a pass's write: the pass has seen
         this version, so its watch event is no news."""
         trimmed = TRIM[plural](body)
-        meta = trimmed["metadata"]
+        of = meta(trimmed)
         with self._lock:
-            self._keep(plural, trimmed)
+            self._keep(plural, trimmed, of)
             if plural in self._judged:
-                self._seen[(plural, meta["namespace"], meta["name"])].add(meta["resourceVersion"])
+                self._seen[(plural, of.namespace, of.name)].add(of.resource_version)
 
     def read(self, plural: str, body: Mapping[str, Any]) -> None:
         """An object a pass read from the API past the store: kept, and its watch event is
         still news. The reader may be another kind's pass (a warm pool's, a profile's) that
         has done none of the object's own work: an AgentConfig first read by its pool's
         pass would otherwise never be cut into a revision."""
+        trimmed = TRIM[plural](body)
         with self._lock:
-            self._keep(plural, TRIM[plural](body))
+            self._keep(plural, trimmed, meta(trimmed))
 
     def observed(self, plural: str, body: Mapping[str, Any]) -> None:
         """An object as a watch delivered it. Of a judged kind, whether it is news is kept
         for `news`: it is, unless it is a version a pass has seen, or it changes none of
         what the store keeps since the watch's last event of it."""
         trimmed = TRIM[plural](body)
-        meta = trimmed["metadata"]
+        of = meta(trimmed)
         with self._lock:
-            self._keep(plural, trimmed)
+            self._keep(plural, trimmed, of)
             if plural not in self._judged:
                 return
-            key = (plural, meta["namespace"], meta["name"])
-            version = meta.get("resourceVersion", "")
+            key = (plural, of.namespace, of.name)
+            version = of.resource_version
             seen = version in self._seen.get(key, ())
             if key in self._seen:  # the versions whose events have come (or later ones)
                 pending = {v for v in self._seen[key] if v != version and not _older(v, version)}
@@ -243,29 +237,28 @@ class Store:
         with self._lock:
             return self._news.pop((plural, namespace, name), True)
 
-    def _keep(self, plural: str, trimmed: Body) -> None:
-        meta = trimmed["metadata"]
-        key = (meta["namespace"], meta["name"])
+    def _keep(self, plural: str, trimmed: Body, of: Meta) -> None:
+        key = (of.namespace, of.name)
         kept = self._objects[plural].get(key)
-        if kept is not None and not _newer(trimmed, kept):
-            return
         if kept is not None:
+            if _older(of.resource_version, meta(kept).resource_version):
+                return
             self._unindex(plural, kept)
         self._objects[plural][key] = trimmed
-        self._index(plural, trimmed)
+        self._index(plural, trimmed, of)
 
     def forget(self, plural: str, body: Mapping[str, Any]) -> None:
-        meta = body["metadata"]
+        of = meta(body)
         with self._lock:
-            kept = self._objects[plural].pop((meta["namespace"], meta["name"]), None)
+            kept = self._objects[plural].pop((of.namespace, of.name), None)
             if kept is not None:
                 self._unindex(plural, kept)
-            key = (plural, meta["namespace"], meta["name"])
+            key = (plural, of.namespace, of.name)
             for judged in (self._heard, self._seen, self._news):
                 judged.pop(key, None)
 
-    def _index(self, plural: str, body: Body) -> None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    def _index(self, plural: str, body: Body, of: Meta) -> None:
+        namespace, name = of.namespace, of.name
         if (agent := _agent(plural, body)) is not None:
             self._by_agent[(plural, namespace, agent)].add(name)
         if plural == "workers" and (parent := body["spec"].get("parent")):
@@ -273,13 +266,13 @@ class Store:
         for pod in _pods_owning(plural, body):
             self._workloads[(namespace, pod)].add(name)
         if plural == "pods":
-            labels = body["metadata"].get("labels") or {}
             for label in INDEXED_POD_LABELS:
-                if value := labels.get(label):
+                if value := of.labels.get(label):
                     self._pods_by[(label, namespace, value)].add(name)
 
     def _unindex(self, plural: str, body: Body) -> None:
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        of = meta(body)
+        namespace, name = of.namespace, of.name
         if (agent := _agent(plural, body)) is not None:
             names = self._by_agent[(plural, namespace, agent)]
             names.discard(name)
@@ -296,9 +289,8 @@ class Store:
             if not workloads:
                 del self._workloads[(namespace, pod)]
         if plural == "pods":
-            labels = body["metadata"].get("labels") or {}
             for label in INDEXED_POD_LABELS:
-                if value := labels.get(label):
+                if value := of.labels.get(label):
                     pods = self._pods_by[(label, namespace, value)]
                     pods.discard(name)
                     if not pods:
@@ -335,7 +327,7 @@ class Store:
         with self._lock:
             names = sorted(self._workloads.get((namespace, pod), ()))
             found = [self._objects["workloads"][(namespace, n)] for n in names]
-        found.sort(key=lambda b: b["metadata"].get("creationTimestamp") or "")
+        found.sort(key=lambda b: meta(b).creation_timestamp or "")
         return _copy(found[-1]) if found else None
 
     def in_namespace(self, plural: str, namespace: str) -> list[Body]:
@@ -358,10 +350,7 @@ class Store:
 
 def _pods_owning(plural: str, body: Body) -> list[str]:
     """The pods a Workload belongs to (Kueue's pod integration makes one per pod)."""
-    if plural != "workloads":
-        return []
-    owners = body["metadata"].get("ownerReferences") or []
-    return [o["name"] for o in owners if o.get("kind") == "Pod" and o.get("name")]
+    return owner_names(body, "Pod") if plural == "workloads" else []
 
 
 def _copy(value: Any) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 from agentworkers.api import AgentConfigRevisionSpec
 from agentworkers.api.names import APPLIED_BY_ANNOTATION
-from agentworkers.core.pods import owned_by
+from agentworkers.core.owners import owned_by
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
 from agentworkers.kube.api import refusal
@@ -170,13 +170,13 @@ class Memory:
         return self.find("pods", name, namespace)
 
     def create_pod(self, pod: Body, owner_uid: str) -> Body:
-        meta = pod["metadata"]
-        existing = self.find("pods", meta["name"], meta["namespace"])
+        name, namespace = pod["metadata"]["name"], pod["metadata"]["namespace"]
+        existing = self.find("pods", name, namespace)
         if existing is not None:
             if not owned_by(existing, owner_uid):
-                raise Conflict(f"a pod named {meta['name']} exists and is not this worker's")
+                raise Conflict(f"a pod named {name} exists and is not this worker's")
             return existing
-        self.writes.append(("POST", "pods", meta["name"]))
+        self.writes.append(("POST", "pods", name))
         return self.put("pods", pod)
 
     def delete_pod(self, namespace: str, name: str, uid: str, version: str | None = None) -> None:

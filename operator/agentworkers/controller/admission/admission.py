@@ -32,6 +32,7 @@ from agentworkers.controller.passes import configs, identities, lineage, pools, 
 from agentworkers.core.access import worker_of
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.inputs import check as check_inputs
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.revisions import (
     Standalone,
     check_standalone,
@@ -69,9 +70,7 @@ def _standalone(
     but `skip` (the one under review, whose new spec the caller adds) and an invalid
     neighbour, which is its own problem, reported on it."""
     bodies = [
-        item
-        for item in configs.live_profiles(storage, namespace, agent)
-        if item["metadata"]["name"] != skip
+        item for item in configs.live_profiles(storage, namespace, agent) if meta(item).name != skip
     ]
     return [standalone for _, standalone in configs.read_profiles(bodies, skip_invalid=True)]
 
@@ -159,9 +158,10 @@ def validate_worker(
     spawns let through that the store has not seen yet) and its namespace's TokenQuotas
     (`quota_pending` likewise); a query to a finished run is refused; only the operator
     (the identity `operator`) writes a binding."""
-    namespace = body["metadata"]["namespace"]
+    spawned = meta(body)
+    namespace = spawned.namespace
     try:
-        check_binding_write(body["metadata"].get("annotations") or {}, old, username == operator)
+        check_binding_write(spawned.annotations, old, username == operator)
         worker = WorkerSpec.model_validate(body.get("spec") or {})
         if old is None:
             check_kind(worker)
@@ -196,7 +196,7 @@ def validate_worker(
         quotas.check(
             storage,
             namespace,
-            body["metadata"]["name"],
+            spawned.name,
             worker.agent,
             quota_pending or quotas.Pending(),
             dry_run,
@@ -213,7 +213,7 @@ def validate_worker(
             check_spawn_trace(worker.traceparent, parent_body)
         except REFUSALS as e:
             raise _refuse_spawn(e) from e
-        name = body["metadata"]["name"]
+        name = spawned.name
         limits = ((config_body or {}).get("spec") or {}).get("limits") or {}
         _check_tree(
             storage,
@@ -253,7 +253,7 @@ def _check_profile_and_inputs(
             bound = check_spawn(worker, parent, frozen_revision, live).profile
         elif ancestor is not None:
             # Not bound yet: the operator checks the inputs once it is, before the pod.
-            bound, via = _bound_by(ancestor), ancestor["metadata"]["name"]
+            bound, via = _bound_by(ancestor), meta(ancestor).name
         check_inputs(worker.inputs, bound, via)
     except ValidationError as e:
         raise _refuse_spawn(describe(e)) from e
@@ -265,7 +265,7 @@ def _bound_by(ancestor: dict[str, Any]) -> Profile | None:
     """The profile a profile run's descendants are bounded by, if it is bound yet."""
     return ancestor_profile(
         WorkerSpec.model_validate(ancestor["spec"]),
-        (ancestor["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION),
+        meta(ancestor).annotations.get(BINDING_ANNOTATION),
         WorkerStatus.model_validate(ancestor.get("status") or {}).binding,
     )
 
@@ -299,7 +299,7 @@ def _check_tree(
     a dry run), it is admitted too. `child_budget`: the child's own token budget."""
     try:
         chain = lineage.ancestry(storage, namespace, parent_body)
-        root = chain[-1]["metadata"]["name"]
+        root = meta(chain[-1]).name
         with lineage.tree_lock(namespace, root):
             # Settled before the walk, read after it: a spawn the store gets meanwhile is
             # in the walk or among the admitted, never in neither (counted once by name).
@@ -339,12 +339,12 @@ def _validate_worker_update(worker: WorkerSpec, old: dict[str, Any]) -> None:
         raise _refuse_spawn(
             InvalidSpecError(field="spec.inputs", rule="is immutable: it is fixed at creation")
         )
-    phase = (old.get("status") or {}).get("phase")
+    ended = phase(old)
     old_queries = (old.get("spec") or {}).get("queries") or []
-    if len(worker.queries) > len(old_queries) and phase in TERMINAL_PHASES:
+    if len(worker.queries) > len(old_queries) and ended in TERMINAL_PHASES:
         raise _refuse_spawn(
             WorkerFinishedError(
-                field="spec.queries", rule=f"the run is {phase}; a finished worker takes no query"
+                field="spec.queries", rule=f"the run is {ended}; a finished worker takes no query"
             )
         )
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentworkers.controller.infra import metrics
 from agentworkers.core import tracing as spans
+from agentworkers.core.objects import meta
 from agentworkers.errors import REFUSALS
 
 if TYPE_CHECKING:
@@ -46,14 +47,15 @@ def parent_of(body: Mapping[str, Any], ratio: float) -> spans.TraceContext | Non
     """Where the operator's spans of a Worker go: under its traceparent's span, else
     under its own run span; None when neither can be known (no uid yet, a traceparent
     admission refuses)."""
-    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
+    spec = body.get("spec") or {}
     try:
         under = spans.spawned_under(spec.get("traceparent"))
     except REFUSALS:
         return None
     if under is not None:
         return under
-    return spans.run_context(None, meta["uid"], ratio) if meta.get("uid") else None
+    uid = meta(body).uid
+    return spans.run_context(None, uid, ratio) if uid else None
 
 
 @contextlib.contextmanager
@@ -65,10 +67,7 @@ def spawn_span(name: str, body: Mapping[str, Any]) -> Iterator[None]:
     if tracer is None or parent is None:
         yield
         return
-    meta = body["metadata"]
-    attributes: spans.Attributes = {
-        spans.WORKER: meta.get("name", ""),
-        spans.NAMESPACE: meta.get("namespace", ""),
-    }
+    worker = meta(body)
+    attributes: spans.Attributes = {spans.WORKER: worker.name, spans.NAMESPACE: worker.namespace}
     with tracer.span(name, parent, attributes):
         yield

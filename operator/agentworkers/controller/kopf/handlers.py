@@ -43,6 +43,8 @@ from agentworkers.controller.kopf.startup import (
 )
 from agentworkers.controller.passes import configs, lineage, pools, quotas, workers
 from agentworkers.controller.passes.requeue import Requeue
+from agentworkers.core.objects import Meta, meta, phase
+from agentworkers.core.owners import owner_names
 from agentworkers.core.revisions import SettleWindow
 from agentworkers.errors import UnknownWorkerError
 from agentworkers.kube.leases import Leases
@@ -158,12 +160,12 @@ async def agent_config_event(type: str | None, body: kopf.Body, memo: kopf.Memo,
     """A new AgentConfig, a change a pass has not seen (not its own status write's echo),
     the listing at start and a deletion (its profiles then say their agent is missing)
     each take a pass."""
-    meta = body["metadata"]
+    config = meta(body)
     if type == "DELETED":
         memo.store.forget("agentconfigs", body)
-    elif not _news("agentconfigs", type, meta, memo):
+    elif not _news("agentconfigs", type, config, memo):
         return
-    memo.configs.attempt(meta["namespace"], meta["name"])
+    memo.configs.attempt(config.namespace, config.name)
 
 
 @kopf.on.event(*PROFILES)
@@ -175,7 +177,7 @@ async def profile_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_:
     if type == "DELETED":
         memo.store.forget("virtualagentprofiles", body)
     if agent := (body.get("spec") or {}).get("agent"):
-        memo.configs.attempt(body["metadata"]["namespace"], agent)
+        memo.configs.attempt(meta(body).namespace, agent)
 
 
 # Workers are reconciled level-triggered from watch events (their own, and their pods'),
@@ -185,49 +187,50 @@ async def profile_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_:
 
 @kopf.on.event(*WORKERS)
 async def worker_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    meta = body["metadata"]
+    worker = meta(body)
+    namespace, name = worker.namespace, worker.name
     # A run below a root changes its tree's sums (status.tree, the token budget): the root
     # takes a pass too, once however many of its runs report meanwhile.
     if (body.get("spec") or {}).get("parent"):
         with contextlib.suppress(UnknownWorkerError):  # a link is missing: no tree to sum
-            root = lineage.ancestry(memo.store, meta["namespace"], dict(body))[-1]
-            memo.workers.attempt(meta["namespace"], root["metadata"]["name"])
+            root = lineage.ancestry(memo.store, namespace, dict(body))[-1]
+            memo.workers.attempt(namespace, meta(root).name)
     elif ((body.get("status") or {}).get("tree") or {}).get("budgetExhausted"):
         # A spent tree: each live run below stops itself, in its own pass.
-        for run in lineage.descendants(memo.store, meta["namespace"], meta["name"]):
-            if (run.get("status") or {}).get("phase") not in TERMINAL_PHASES:
-                memo.workers.attempt(meta["namespace"], run["metadata"]["name"])
+        for run in lineage.descendants(memo.store, namespace, name):
+            if phase(run) not in TERMINAL_PHASES:
+                memo.workers.attempt(namespace, meta(run).name)
     if type == "DELETED":
         memo.store.forget("workers", body)
-        memo.workers.drop((meta["namespace"], meta["name"]))
-        if memo.shards.owns(meta["namespace"]):
+        memo.workers.drop((namespace, name))
+        if memo.shards.owns(namespace):
             await asyncio.to_thread(workers.deleted, memo.storage, dict(body))
         return
     # An ended run's events all take a pass: the one after its end starts its clocks and
     # stops the runs below it, though a pass wrote that end (a kill, a failure).
-    ended = (body.get("status") or {}).get("phase") in TERMINAL_PHASES
-    if _news("workers", type, meta, memo) or ended:
-        memo.workers.attempt(meta["namespace"], meta["name"])
+    ended = phase(body) in TERMINAL_PHASES
+    if _news("workers", type, worker, memo) or ended:
+        memo.workers.attempt(namespace, name)
 
 
 @kopf.on.event(*PODS, **POD_FILTER)
 async def pod_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    meta = body["metadata"]
-    labels = meta.get("labels") or {}
+    pod = meta(body)
+    labels = pod.labels
     # A warm pod's pool counts it (claimed too), also when a pass wrote the change itself.
     if pool := labels.get(POOL_LABEL) or labels.get(CLAIMED_LABEL):
-        memo.pools.attempt(meta["namespace"], pool)
+        memo.pools.attempt(pod.namespace, pool)
     if type == "DELETED":
         memo.store.forget("pods", body)
-    elif not _news("pods", type, meta, memo):
+    elif not _news("pods", type, pod, memo):
         return
     if worker := labels.get(WORKER_LABEL):  # empty on a warm pod no run has claimed
-        memo.workers.attempt(meta["namespace"], worker)
+        memo.workers.attempt(pod.namespace, worker)
 
 
 def _of_a_pod(body: kopf.Body, **_: Any) -> bool:
     """kopf filter: a Workload of Kueue's pod integration (owned by a Pod)."""
-    return any(o.get("kind") == "Pod" for o in body["metadata"].get("ownerReferences") or [])
+    return bool(owner_names(body, "Pod"))
 
 
 _observe_workload = store_indexer("workloads")
@@ -246,17 +249,17 @@ async def workload_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_
     the run, while it has not started."""
     if not _of_a_pod(body):
         return
-    meta = body["metadata"]
+    workload = meta(body)
     if type == "DELETED":
         memo.store.forget("workloads", body)
-    for owner in meta.get("ownerReferences") or []:
-        pod = memo.store.get("pods", meta["namespace"], owner.get("name") or "")
-        if owner.get("kind") != "Pod" or pod is None:
+    for owner in owner_names(body, "Pod"):
+        pod = memo.store.get("pods", workload.namespace, owner)
+        if pod is None:
             continue  # not a run's pod: the store holds only those
-        worker = pod["metadata"]["labels"][WORKER_LABEL]
-        run = memo.store.get("workers", meta["namespace"], worker) or {}
-        if (run.get("status") or {}).get("phase") in (None, "Pending"):
-            memo.workers.attempt(meta["namespace"], worker)
+        worker = meta(pod).labels[WORKER_LABEL]
+        run = memo.store.get("workers", workload.namespace, worker) or {}
+        if phase(run) in (None, "Pending"):
+            memo.workers.attempt(workload.namespace, worker)
 
 
 # Their events only feed the store and queue a pass: kopf's per-event machinery is skipped.
@@ -267,8 +270,8 @@ kopf_fixes.lean(PROFILES, index=store_indexer("virtualagentprofiles"), event=pro
 kopf_fixes.lean(WORKLOADS, index=workload_index, event=workload_event)
 
 
-def _news(plural: str, type: str | None, meta: Any, memo: kopf.Memo) -> bool:
+def _news(plural: str, type: str | None, seen: Meta, memo: kopf.Memo) -> bool:
     """Whether an event asks for a pass: the listing's always do (a start, a watch
     listed again); a change only if a pass has not seen it (`Store.news`)."""
-    news = memo.store.news(plural, meta["namespace"], meta["name"])
+    news = memo.store.news(plural, seen.namespace, seen.name)
     return type is None or news

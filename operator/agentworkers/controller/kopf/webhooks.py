@@ -28,6 +28,7 @@ from agentworkers.controller.infra import tracing
 from agentworkers.controller.infra.options import Options
 from agentworkers.controller.kopf.startup import AGENT_CONFIGS, PROFILES, REVISIONS, WORKERS
 from agentworkers.controller.passes import lineage, quotas
+from agentworkers.core.objects import meta
 from agentworkers.kube.repository import Repository
 
 WRITES = ["CREATE", "UPDATE"]
@@ -55,19 +56,19 @@ def checks(
         return gated
 
     def agent_config(review: Review, warnings: list[str]) -> None:
-        meta = review.body["metadata"]
+        config = meta(review.body)
         spec = review.body.get("spec") or {}
-        admission.validate_agent_config(storage, spec, meta["name"], meta["namespace"])
+        admission.validate_agent_config(storage, spec, config.name, config.namespace)
 
     def profile(review: Review, warnings: list[str]) -> None:
-        meta = review.body["metadata"]
+        read = meta(review.body)
         # A profile being created comes after every existing one, even within their second.
-        created = meta.get("creationTimestamp") or "" if review.old else ""
+        created = read.creation_timestamp or "" if review.old else ""
         admission.validate_profile(
             storage,
             review.body.get("spec") or {},
-            meta["name"],
-            meta["namespace"],
+            read.name,
+            read.namespace,
             warnings,
             created,
         )

@@ -22,6 +22,7 @@ from agentworkers.api.profile import VirtualAgentProfileStatus
 from agentworkers.controller.infra import metrics
 from agentworkers.controller.passes.requeue import Later
 from agentworkers.core.conditions import Status, set_condition, summary_conditions, truncate
+from agentworkers.core.objects import meta
 from agentworkers.core.revisions import (
     EffectiveMap,
     Fingerprint,
@@ -56,7 +57,7 @@ def live_profiles(storage: Repository, namespace: str, agent: str) -> list[dict[
     return [
         item
         for item in storage.of_agent("virtualagentprofiles", namespace, agent)
-        if not item["metadata"].get("deletionTimestamp")
+        if not meta(item).deleting
     ]
 
 
@@ -67,16 +68,14 @@ def read_profiles(
     `skip_invalid`, left out (admission: a neighbour's fault is reported on it)."""
     profiles = []
     for item in profile_bodies:
-        meta = item["metadata"]
+        read = meta(item)
         try:
             profile_spec = VirtualAgentProfileSpec.model_validate(item["spec"])
         except ValidationError as e:
             if skip_invalid:
                 continue
-            raise describe(e, f"{standalone_source(meta['name'])}: spec") from e
-        profiles.append(
-            (item, Standalone(meta["name"], profile_spec, meta.get("creationTimestamp", "")))
-        )
+            raise describe(e, f"{standalone_source(read.name)}: spec") from e
+        profiles.append((item, Standalone(read.name, profile_spec, read.creation_timestamp or "")))
     return profiles
 
 
@@ -103,7 +102,7 @@ def reconcile(
     with metrics.RECONCILE_SECONDS.time():
         body = storage.get("agentconfigs", namespace, name)
         profile_bodies = live_profiles(storage, namespace, name)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None or meta(body).deleting:
             _agent_missing(storage, name, profile_bodies)
             if settle is not None:
                 settle.settled(key)
@@ -145,8 +144,8 @@ def _settle(
     (Reconciling=True) and come back when the window ends."""
     if settle is None:
         return
-    meta = body["metadata"]
-    remaining = settle.remaining((meta["namespace"], meta["name"]), inputs, now)
+    config = meta(body)
+    remaining = settle.remaining((config.namespace, config.name), inputs, now)
     if remaining <= 0:
         return
     active = status.active_revision
@@ -155,7 +154,7 @@ def _settle(
         "(the rest of its change set), then it is cut into one revision; "
         + (f"revision {active.revision} stays active" if active else "no revision yet")
     )
-    generation = meta.get("generation")
+    generation = config.generation
     conditions = summary_conditions(
         status.conditions, "False", reasons.SETTLING, message, generation, reconciling=True
     )
@@ -163,7 +162,7 @@ def _settle(
         update={"conditions": conditions, "observed_generation": generation}
     )
     if updated != status:
-        storage.patch_status("agentconfigs", meta["namespace"], meta["name"], updated.wire())
+        storage.patch_status("agentconfigs", config.namespace, config.name, updated.wire())
     raise Later(remaining)
 
 
@@ -209,7 +208,8 @@ def _refuse(
     """Invalid input never becomes a revision: say why (Stalled=True, which Flux reports
     as a failure at once), keep the last good one active."""
     metrics.CONFIG_REFUSALS.labels(reason=error.reason, stage="handler").inc()
-    generation = body["metadata"].get("generation")
+    config = meta(body)
+    generation = config.generation
     message = refusal_message(error)
     conditions = summary_conditions(
         status.conditions, "False", error.reason, message, generation, stalled=True
@@ -222,16 +222,12 @@ def _refuse(
     )
     if updated != status:
         storage.post_event(body, "Warning", error.reason, str(error))
-        storage.patch_status(
-            "agentconfigs", body["metadata"]["namespace"], body["metadata"]["name"], updated.wire()
-        )
+        storage.patch_status("agentconfigs", config.namespace, config.name, updated.wire())
     # The profile at fault hears about it too.
     culprit = str(error.field).split(":", 1)[0]
     prefix = standalone_source("")
     if culprit.startswith(prefix):
-        profile = storage.get(
-            "virtualagentprofiles", body["metadata"]["namespace"], culprit[len(prefix) :]
-        )
+        profile = storage.get("virtualagentprofiles", config.namespace, culprit[len(prefix) :])
         if profile is not None:
             _set_profile_status(storage, profile, "False", error.reason, str(error), None, None)
 
@@ -244,7 +240,8 @@ def _accept(
     status: AgentConfigStatus,
 ) -> None:
     body = inputs.body
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    config = meta(body)
+    namespace, name = config.namespace, config.name
     if plan.create is not None:
         storage.create_revision(
             body, plan.create, applied_by([body, *(item for item, _ in inputs.profiles)])
@@ -266,7 +263,7 @@ def _accept(
             f"revision {plan.active.revision} ({plan.active.name}, "
             f"digest {plan.active.digest[:12]}) is active again: it holds this content",
         )
-    generation = body["metadata"].get("generation")
+    generation = config.generation
     active = RevisionRef(
         name=plan.active.name, revision=plan.active.revision, digest=plan.active.digest
     )
@@ -336,7 +333,8 @@ def _set_profile_status(
         status = VirtualAgentProfileStatus.model_validate(body.get("status") or {})
     except ValidationError:
         status = VirtualAgentProfileStatus()
-    generation = body["metadata"].get("generation")
+    profile = meta(body)
+    generation = profile.generation
     ready = accepted == "True" or reason == reasons.OVERRIDDEN
     stalled = not ready and reason != reasons.AGENT_CONFIG_MISSING
     conditions = set_condition(
@@ -357,7 +355,7 @@ def _set_profile_status(
         storage.post_event(body, "Warning", reason, message)
     storage.patch_status(
         "virtualagentprofiles",
-        body["metadata"]["namespace"],
-        body["metadata"]["name"],
+        profile.namespace,
+        profile.name,
         updated.wire(),
     )

@@ -29,6 +29,7 @@ from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL, WORKER_L
 from agentworkers.controller.infra import metrics
 from agentworkers.core import identities
 from agentworkers.core.access import agent_account
+from agentworkers.core.objects import meta
 from agentworkers.core.pools import refill_wait
 from agentworkers.kube.repository import Repository
 
@@ -69,8 +70,8 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
     account of its own). The same run asking again gets the same one."""
     if not config.worker.identity_pool:
         return None
-    meta = worker_body["metadata"]
-    namespace, uid = meta["namespace"], meta["uid"]
+    run = meta(worker_body)
+    namespace, uid = run.namespace, run.uid
     want = identities.annotations_hash(config.worker.service_account_annotations)
     with _lock:
         for name, (holder, _, _) in _reserved.items():
@@ -86,7 +87,7 @@ def take(storage: Repository, worker_body: dict[str, Any], config: AgentConfigSp
             ):
                 continue
             at = time.monotonic()
-            _reserved[name], _last_take[key] = (uid, meta["name"], at), at
+            _reserved[name], _last_take[key] = (uid, run.name, at), at
             pool.fresh.discard(name)
             pool.free_since.pop(name, None)
             metrics.IDENTITY_TAKES.inc()
@@ -103,9 +104,9 @@ def spawner(storage: Repository, username: str, namespace: str) -> str | None:
     if account == username or not identities.is_pool_account(account):
         return None
     runs = {
-        (p["metadata"].get("labels") or {}).get(WORKER_LABEL) or ""
-        for p in storage.pods_labelled(namespace, IDENTITY_LABEL, account)
-        if not p["metadata"].get("deletionTimestamp")
+        pod.labels.get(WORKER_LABEL) or ""
+        for pod in map(meta, storage.pods_labelled(namespace, IDENTITY_LABEL, account))
+        if not pod.deleting
     }
     return runs.pop() if len(runs) == 1 else ""
 
@@ -113,7 +114,7 @@ def spawner(storage: Repository, username: str, namespace: str) -> str | None:
 def refresh(storage: Repository, body: dict[str, Any], config: AgentConfigSpec | None) -> bool:
     """One pass over the pool of AgentConfig `body` (`config`: None when it is going).
     Returns whether another pass is due in PASS_SECONDS (the pool has accounts)."""
-    namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
+    namespace, agent = meta(body).namespace, meta(body).name
     key = (namespace, agent)
     size = (config.worker.identity_pool or 0) if config is not None else 0
     now = time.monotonic()
@@ -196,18 +197,17 @@ def _list(storage: Repository, key: tuple[str, str], pool: _Pool | None, now: fl
     namespace, agent = key
     listed = [
         a
-        for a in storage.listed("serviceaccounts", namespace, f"{IDENTITY_POOL_LABEL}={agent}")
-        if not a["metadata"].get("deletionTimestamp")
+        for a in map(
+            meta, storage.listed("serviceaccounts", namespace, f"{IDENTITY_POOL_LABEL}={agent}")
+        )
+        if not a.deleting
     ]
-    accounts = {
-        a["metadata"]["name"]: identities.annotations_hash(a["metadata"].get("annotations"))
-        for a in listed
-    }
+    accounts = {a.name: identities.annotations_hash(a.annotations) for a in listed}
     with _lock:
         if pool is None:
             pool = _pools.setdefault(key, _Pool(accounts={}, uids={}))
         pool.accounts = accounts
-        pool.uids = {a["metadata"]["name"]: a["metadata"]["uid"] for a in listed}
+        pool.uids = {a.name: a.uid for a in listed}
         pool.fresh &= set(accounts)
         pool.listed_at = now
     return pool
@@ -243,9 +243,7 @@ def _made_or_gone(storage: Repository, namespace: str, uid: str, name: str) -> b
     its pass makes no pod now, and whether one that ran as the account is left is the
     API's to say (a short run's pod can come and go between two pool passes)."""
     run = storage.get("workers", namespace, name)
-    return (
-        run is None or run["metadata"]["uid"] != uid or bool((run.get("status") or {}).get("pod"))
-    )
+    return run is None or meta(run).uid != uid or bool((run.get("status") or {}).get("pod"))
 
 
 def _left(storage: Repository, namespace: str) -> set[str]:
@@ -253,7 +251,7 @@ def _left(storage: Repository, namespace: str) -> set[str]:
     store that may lag): an account named by neither has every token of its pods refused
     and holds no run's rights. One LIST of each for the whole namespace."""
     return {
-        o["metadata"]["labels"][IDENTITY_LABEL]
+        meta(o).labels[IDENTITY_LABEL]
         for plural in ("pods", "rolebindings")
         for o in storage.listed(plural, namespace, IDENTITY_LABEL)
     }
@@ -262,13 +260,13 @@ def _left(storage: Repository, namespace: str) -> set[str]:
 def _create(
     storage: Repository, body: dict[str, Any], config: AgentConfigSpec, pool: _Pool, want: str
 ) -> None:
-    name = identities.account_name(body["metadata"]["name"])
+    name = identities.account_name(meta(body).name)
     made = storage.create_account(
         agent_account(body, name, IDENTITY_POOL_LABEL, config.worker.service_account_annotations)
     )
     with _lock:
         pool.accounts[name] = want
-        pool.uids[name] = made["metadata"]["uid"]
+        pool.uids[name] = meta(made).uid
         pool.fresh.add(name)
         pool.free.append(name)
     metrics.IDENTITY_CREATED.inc()

@@ -22,6 +22,7 @@ from agentworkers.api import reasons
 from agentworkers.api.agentconfig import AgentConfigSpec, TreeLimits
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.core import spawning
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.spawning import ParentRun
 from agentworkers.core.tree import Shape, tokens_used
 from agentworkers.errors import UnknownWorkerError
@@ -105,7 +106,7 @@ def tree_shape(
     parent's children and the root's live descendants for which `counts` holds, the new
     run `skip` (already in the store, when the operator checks) left out. `seen` gets the
     name of every descendant the store has."""
-    parent, root = chain[0]["metadata"]["name"], chain[-1]["metadata"]["name"]
+    parent, root = meta(chain[0]).name, meta(chain[-1]).name
     children = live = 0
     tokens = tokens_used(chain[-1])
     below = [root]
@@ -120,7 +121,7 @@ def tree_shape(
             below.append(child)
             if name == parent:
                 children += 1
-            if (body.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+            if phase(body) not in TERMINAL_PHASES:
                 live += 1
             tokens += tokens_used(body)
     return Shape(root, parent, len(chain), children, live, tokens)

@@ -37,8 +37,9 @@ from agentworkers.controller.passes.requeue import Later
 from agentworkers.core import pools
 from agentworkers.core.access import agent_account
 from agentworkers.core.effective import EffectiveConfig, resolve
-from agentworkers.core.owners import owner_reference
-from agentworkers.core.pods import build_pod, owned_by, pod_name
+from agentworkers.core.objects import meta, phase
+from agentworkers.core.owners import owned_by, owner_reference
+from agentworkers.core.pods import build_pod, pod_name
 from agentworkers.errors import REFUSALS, ApiError
 from agentworkers.kube.repository import Repository
 
@@ -54,7 +55,7 @@ def reconcile(
 ) -> None:
     """One pass over the warm pool of AgentConfig `name`."""
     body = storage.get("agentconfigs", namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
+    if body is None or meta(body).deleting:
         identities.forget(namespace, name)
         return  # its pods and their accounts go with it (ownerReferences)
     try:
@@ -96,8 +97,7 @@ def reconcile(
         with _claimed_lock:
             _short_since.pop(key, None)
     claimed = sum(
-        (p.get("status") or {}).get("phase") not in ENDED
-        for p in storage.pods_labelled(namespace, CLAIMED_LABEL, name)
+        phase(p) not in ENDED for p in storage.pods_labelled(namespace, CLAIMED_LABEL, name)
     )
     counts = {"ready": plan.ready, "starting": plan.starting + made, "claimed": claimed}
     with _counts_lock:
@@ -136,7 +136,7 @@ def _template(
 ) -> dict[str, Any] | None:
     """The pod a plain top-level run of the agent would get now; None while such a run
     would wait (its ModelProvider missing, no model) or be refused."""
-    namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
+    namespace, agent = meta(body).namespace, meta(body).name
     ref_ = config.model.provider_ref
     if ref_ is not None:
         found = storage.get("modelproviders", namespace, ref_)
@@ -172,13 +172,12 @@ def _create(
     """One warm pod and its own ServiceAccount (no rights: a claim binds a run's Role to
     it). The account is made first (the API server admits no pod naming an absent one),
     owned by the AgentConfig, then handed to its pod so that it goes with it."""
-    namespace, agent = body["metadata"]["namespace"], body["metadata"]["name"]
+    config_meta = meta(body)
+    namespace, agent = config_meta.namespace, config_meta.name
     name = pools.account_name(agent)
     annotations = config.worker.service_account_annotations
     storage.ensure_access([agent_account(body, name, AGENT_LABEL, annotations)])
-    pod = storage.create_pod(
-        pools.warm_pod(template, agent, active, body, name), body["metadata"]["uid"]
-    )
+    pod = storage.create_pod(pools.warm_pod(template, agent, active, body, name), config_meta.uid)
     storage.patch_object(
         "serviceaccounts",
         namespace,
@@ -207,13 +206,13 @@ def run_pod(
     """A run's pod as the store has it: the one its status names, else the one of its
     name, else a warm pod claimed for it whose claim a crash kept from its status (the
     pod names the run in its label and is owned by it)."""
-    meta = worker_body["metadata"]
+    run = meta(worker_body)
     recorded = (worker_body.get("status") or {}).get("pod")
-    pod = storage.get_pod(namespace, recorded or pod_name(meta["name"]))
+    pod = storage.get_pod(namespace, recorded or pod_name(run.name))
     if pod is not None:
         return pod
-    for found in storage.pods_labelled(namespace, WORKER_LABEL, meta["name"]):
-        if owned_by(found, meta["uid"]):
+    for found in storage.pods_labelled(namespace, WORKER_LABEL, run.name):
+        if owned_by(found, run.uid):
             return found
     return None
 
@@ -227,10 +226,10 @@ def spawner(storage: Repository, username: str, namespace: str) -> str | None:
     account = username.removeprefix(prefix)
     if account == username or not pools.is_pool_account(account):
         return None
-    pod = storage.get_pod(namespace, account) or {"metadata": {}}
-    if pools.claimed_account(pod) != account:
+    pod = storage.get_pod(namespace, account)
+    if pod is None or pools.claimed_account(pod) != account:
         return ""
-    return str(pod["metadata"]["labels"].get(WORKER_LABEL) or "")
+    return meta(pod).labels.get(WORKER_LABEL) or ""
 
 
 def claim(
@@ -248,9 +247,9 @@ def claim(
     pool = config.worker.warm_pool
     if pool is None or not pool.size:
         return None
-    meta = worker_body["metadata"]
-    namespace, agent = meta["namespace"], str(worker_body["spec"]["agent"])
-    warm = {p["metadata"]["name"]: p for p in storage.pods_labelled(namespace, POOL_LABEL, agent)}
+    run = meta(worker_body)
+    namespace, agent = run.namespace, str(worker_body["spec"]["agent"])
+    warm = {meta(p).name: p for p in storage.pods_labelled(namespace, POOL_LABEL, agent)}
     candidates = pools.claimable(
         [pools.PoolPod.of(p) for p in warm.values()],
         active.name,
@@ -262,8 +261,8 @@ def claim(
         metrics.WARM_MISSES.labels(reason="none-ready" if warm else "empty").inc()
         return None
     the_claim = pools.Claim(
-        worker=meta["name"],
-        uid=meta["uid"],
+        worker=run.name,
+        uid=run.uid,
         revision=active,
         effective=effective.model_dump_json(by_alias=True),
     )
@@ -281,7 +280,7 @@ def claim(
             raise
         metrics.WARM_CLAIMS.inc()
         with _claimed_lock:
-            _claimed_at[meta["uid"]] = _last_claim[(namespace, agent)] = time.monotonic()
+            _claimed_at[run.uid] = _last_claim[(namespace, agent)] = time.monotonic()
             while len(_claimed_at) > CLAIMS_REMEMBERED:
                 _claimed_at.popitem(last=False)
         return got

@@ -24,6 +24,7 @@ from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.quota import TokenQuotaSpec, TokenQuotaStatus
 from agentworkers.api.worker import TERMINAL_PHASES
 from agentworkers.controller.infra import metrics
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.quota import Run, Usage, account, check_spawn, in_scope
 from agentworkers.core.tree import tokens_used
 from agentworkers.errors import ApiError
@@ -70,14 +71,14 @@ def runs(
     found = []
     for body in storage.in_namespace("workers", namespace) if bodies is None else bodies:
         agent = (body.get("spec") or {}).get("agent", "")
-        phase = (body.get("status") or {}).get("phase")
+        run = meta(body)
         found.append(
             Run(
-                uid=body["metadata"].get("uid", body["metadata"]["name"]),
+                uid=run.uid or run.name,
                 agent=agent,
                 tokens=tokens_used(body),
                 budget=budget(agent),
-                live=phase not in TERMINAL_PHASES and (holds is None or holds(body)),
+                live=phase(body) not in TERMINAL_PHASES and (holds is None or holds(body)),
             )
         )
     return found
@@ -169,11 +170,11 @@ def check(
     with lock(namespace):
         now = dt.datetime.now(dt.UTC)
         bodies = storage.in_namespace("workers", namespace)
-        unseen = pending.unseen(namespace, {b["metadata"]["name"] for b in bodies})
+        unseen = pending.unseen(namespace, {meta(b).name for b in bodies})
         for body, spec, usage in usages(storage, namespace, now, bodies=bodies):
             if in_scope(spec, agent):
                 held = sum(b for a, b in unseen if in_scope(spec, a))
-                check_spawn(body["metadata"]["name"], spec, usage, budget, held)
+                check_spawn(meta(body).name, spec, usage, budget, held)
         if not dry_run and budget is not None:
             pending.add(namespace, name, agent, budget)
 
@@ -186,7 +187,7 @@ def account_all(
     now = dt.datetime.now(dt.UTC)
     for namespace in sorted({ns for ns, _ in keys if owns(ns)}):
         for body, spec, usage in usages(storage, namespace, now):
-            name = body["metadata"]["name"]
+            name = meta(body).name
             status = usage.status(spec, now)
             for kind, value in (
                 ("limit", spec.tokens),

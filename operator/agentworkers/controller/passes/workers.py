@@ -23,6 +23,7 @@ from agentworkers.controller.infra import metrics, tracing
 from agentworkers.controller.passes import identities, lineage, pools, quotas
 from agentworkers.core import clocks
 from agentworkers.core.identities import run_as
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.pods import pod_name
 from agentworkers.core.worker_plan import decision, ends
 from agentworkers.core.worker_plan.plan import (
@@ -81,7 +82,7 @@ def gather(
     `locks`, held until its pod is made): two starts into one tree count one after the
     other, as admission does."""
     body = storage.get("workers", namespace, name)
-    if body is None or body["metadata"].get("deletionTimestamp"):
+    if body is None or meta(body).deleting:
         return None
     now = dt.datetime.now(dt.UTC)
     spec, status = body.get("spec") or {}, body.get("status") or {}
@@ -90,7 +91,7 @@ def gather(
     config = storage.get("agentconfigs", namespace, spec["agent"])
     ref = (((config or {}).get("spec") or {}).get("model") or {}).get("providerRef")
     parent_name = spec.get("parent")
-    ended = status.get("phase") in TERMINAL_PHASES
+    ended = phase(body) in TERMINAL_PHASES
     chain: list[Body] = [body]
     broken = None
     if parent_name and not ended and not spec.get("kill"):
@@ -111,7 +112,7 @@ def gather(
     frozen = ((parent or {}).get("status") or {}).get("frozenRevision") or {}
     profiled = bool(spec.get("profile")) and not status.get("pod")
     # The parent's frozen revision: what a spawn is bound against, once.
-    unbound = profiled and BINDING_ANNOTATION not in (body["metadata"].get("annotations") or {})
+    unbound = profiled and BINDING_ANNOTATION not in meta(body).annotations
     ctx = Context(
         body,
         now,
@@ -123,7 +124,7 @@ def gather(
         parent=parent,
         below=lineage.descendants(storage, namespace, name) if not parent_name else (),
         pod=pod,
-        workload=storage.workload_of(namespace, pod["metadata"]["name"]) if pod else None,
+        workload=storage.workload_of(namespace, meta(pod).name) if pod else None,
         children=storage.children(namespace, name),
         siblings=storage.children(namespace, parent_name) if parent_name else (),
         frozen_revision=(
@@ -146,10 +147,10 @@ def _counted(storage: Repository, ctx: Context, locks: contextlib.ExitStack) -> 
     """`ctx` with its tree's and its namespace's counts, taken under their locks: the runs
     started (with a pod), since admission counted from a store a burst may outrun (or was
     off). Runs that slipped past it fail in the planner, before any pod of theirs."""
-    namespace, name = ctx.body["metadata"]["namespace"], ctx.body["metadata"]["name"]
+    namespace, name = meta(ctx.body).namespace, meta(ctx.body).name
 
     def started(body: Body) -> bool:
-        other = body["metadata"]["name"]
+        other = meta(body).name
         return bool((body.get("status") or {}).get("pod")) or (
             storage.get_pod(namespace, pod_name(other)) is not None
         )
@@ -157,15 +158,15 @@ def _counted(storage: Repository, ctx: Context, locks: contextlib.ExitStack) -> 
     shape = limits = None
     if len(ctx.chain) > 1:
         root = ctx.chain[-1]
-        locks.enter_context(lineage.tree_lock(namespace, root["metadata"]["name"]))
+        locks.enter_context(lineage.tree_lock(namespace, meta(root).name))
         shape = lineage.tree_shape(storage, namespace, list(ctx.chain[1:]), started, name)
         limits = lineage.tree_limits(storage, namespace, root)
     found: list[Any] = []
     if storage.in_namespace(quotas.PLURAL, namespace):
         locks.enter_context(quotas.lock(namespace))
-        others = lambda body: body["metadata"]["name"] != name and started(body)  # noqa: E731
+        others = lambda body: meta(body).name != name and started(body)  # noqa: E731
         found = [
-            (body["metadata"]["name"], spec, usage)
+            (meta(body).name, spec, usage)
             for body, spec, usage in quotas.usages(storage, namespace, ctx.now, others)
         ]
     return dataclasses.replace(ctx, shape=shape, tree_limits=limits, quotas=found)
@@ -214,12 +215,11 @@ def _write(storage: Repository, plan: Plan) -> None:
         return
     changed = changes(plan)
     if changed is not None:
-        meta = plan.body["metadata"]
         version = storage.patch_status(
-            "workers", plan.namespace, plan.name, changed, meta["resourceVersion"]
+            "workers", plan.namespace, plan.name, changed, meta(plan.body).resource_version
         )
         if version:
-            meta["resourceVersion"] = version
+            plan.body["metadata"]["resourceVersion"] = version
     for type_, reason, message in plan.events:
         level = logging.WARNING if type_ == "Warning" else logging.INFO
         log.log(level, "%s: %s", reason, message, extra=_ref(plan))
@@ -252,9 +252,9 @@ def _do(storage: Repository, plan: Plan, action: Action) -> None:
                         raise
                     # Someone wrote in between (perhaps a binding): read again, not overwrite.
                     raise _Rebind from e
-            meta = plan.body["metadata"]
-            meta["resourceVersion"] = version
-            meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+            written = plan.body["metadata"]
+            written["resourceVersion"] = version
+            written["annotations"] = {**meta(plan.body).annotations, **annotations}
         case Grant(grant_namespace, role, rules):
             storage.set_role_rules(grant_namespace, role, rules)
         case Access(objects, regrant):
@@ -298,8 +298,9 @@ def _start(storage: Repository, plan: Plan, start: Start) -> Body:
         except Conflict as e:
             raise RunFailedError(str(e), reason=reasons.POD_CONFLICT) from e
     metrics.SPAWNS.inc()
-    born = clocks.parse(plan.body["metadata"]["creationTimestamp"])
-    metrics.POD_LATENCY.observe(max((dt.datetime.now(dt.UTC) - born).total_seconds(), 0))
+    if born := meta(plan.body).creation_timestamp:
+        since = dt.datetime.now(dt.UTC) - clocks.parse(born)
+        metrics.POD_LATENCY.observe(max(since.total_seconds(), 0))
     return created
 
 
@@ -338,16 +339,17 @@ def _ref(plan: Plan) -> dict[str, Any]:
 
 def deleted(storage: Repository, body: dict[str, Any]) -> None:
     """Deleting a Worker is a kill, unless it was collected or had already ended."""
-    metrics.PHASES.observe(body["metadata"]["uid"], None)
-    metrics.TOKENS.forget(body["metadata"]["uid"])
-    phase = (body.get("status") or {}).get("phase")
-    collected = (body["metadata"].get("annotations") or {}).get(COLLECTED_ANNOTATION)
-    if phase in TERMINAL_PHASES or collected:
+    gone = meta(body)
+    metrics.PHASES.observe(gone.uid, None)
+    metrics.TOKENS.forget(gone.uid)
+    ended = phase(body)
+    collected = gone.annotations.get(COLLECTED_ANNOTATION)
+    if ended in TERMINAL_PHASES or collected:
         return
     metrics.KILLS.labels(via="deletion").inc()
     storage.post_event(
         body,
         "Warning",
         reasons.KILLED,
-        f"killed: the Worker was deleted while {phase or 'Pending'}",
+        f"killed: the Worker was deleted while {ended or 'Pending'}",
     )

@@ -29,8 +29,9 @@ from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check_bounds as check_inputs
-from agentworkers.core.owners import owner_reference
-from agentworkers.core.pods import build_pod, failure, owned_by, pod_name, running_since
+from agentworkers.core.objects import meta, phase, pod_status
+from agentworkers.core.owners import owned_by, owner_reference, references
+from agentworkers.core.pods import build_pod, failure, pod_name, running_since
 from agentworkers.core.pools import claimed_account
 from agentworkers.core.queueing import standing
 from agentworkers.core.quota import check_spawn as check_quota
@@ -85,7 +86,7 @@ def decide(ctx: Context) -> Plan:
     try:
         plan = read(ctx.body, ctx.now)
     except REFUSALS as error:
-        if (ctx.body.get("status") or {}).get("phase") == "Failed":
+        if phase(ctx.body) == "Failed":
             return Plan(ctx.body, WorkerSpec(agent="?"), read_status(ctx.body), ctx.now, quiet=True)
         # A spec that does not decode (admission was off): fail once, naming the field.
         agent = (ctx.body.get("spec") or {}).get("agent") or "?"
@@ -253,11 +254,9 @@ def _adopt(ctx: Context, plan: Plan, annotations: dict[str, str], labels: dict[s
     """Write the binding and the parent's ownerReference (the child stays owned by its
     parent), and let the parent at the child: granted until the child's run starts, also
     when its creator set the reference already and there is nothing to write."""
-    owners = list(plan.body["metadata"].get("ownerReferences") or [])
+    owners = [o.wire() for o in references(plan.body)]
     write = bool(annotations)
-    if ctx.parent is not None and ctx.parent["metadata"]["uid"] not in {
-        o.get("uid") for o in owners
-    }:
+    if ctx.parent is not None and not owned_by(plan.body, meta(ctx.parent).uid):
         owners.append(owner_reference(ctx.parent, controller=False))
         write = True
     if write:
@@ -270,9 +269,9 @@ def _adopt(ctx: Context, plan: Plan, annotations: dict[str, str], labels: dict[s
 
 
 def _grant(body: Body, children: Sequence[str]) -> Grant:
-    meta = body["metadata"]
-    rules = role_rules(meta["name"], body["spec"]["agent"], list(children))
-    return Grant(meta["namespace"], account_name(meta["name"]), rules)
+    of = meta(body)
+    rules = role_rules(of.name, body["spec"]["agent"], list(children))
+    return Grant(of.namespace, account_name(of.name), rules)
 
 
 def _access(
@@ -340,7 +339,7 @@ def _start(
     ancestor = profile_run(ctx.chain[1:])
     if ancestor is not None and not plan.spec.profile:
         effective, profile = _bounded(plan, config, ancestor, effective)
-        via = ancestor["metadata"]["name"]
+        via = meta(ancestor).name
     # Admission's check again (it can be off): the inputs fit the profile that bounds the run.
     check_inputs(plan.spec.inputs, profile, via)
     account = _access(ctx, plan, config)[0]
@@ -420,7 +419,7 @@ def _queued(ctx: Context, plan: Plan, pod: Body) -> bool:
     before = condition_of(plan, reasons.QUEUED)
     if before is not None and before.status == "False":
         return False  # admitted, or never gated: the rest is the pod's
-    name = pod["metadata"]["name"]
+    name = meta(pod).name
     workload = ctx.workload if pod is ctx.pod else None
     found = standing(pod, workload, before is not None)
     if found is None:
@@ -435,7 +434,7 @@ def _queued(ctx: Context, plan: Plan, pod: Body) -> bool:
                 # Its deadline counts from its spawn, its pod's from the pod's start: what
                 # is left of it, not all of it again.
                 seconds = max(1, math.ceil(left))
-                plan.before.append(ShortenDeadline(name, pod["metadata"]["uid"], seconds))
+                plan.before.append(ShortenDeadline(name, meta(pod).uid, seconds))
             plan.update(started_at=clocks.stamp(plan.now), last_event=found.message)
             plan.announce("Normal", found.reason, found.message)
         return False
@@ -443,7 +442,7 @@ def _queued(ctx: Context, plan: Plan, pod: Body) -> bool:
     if left is not None and left <= 0:
         # The pod first (this pass's status says why); a pass that finds it gone after a
         # crash here knows why too (`_lost`).
-        plan.before.append(DeletePod(name, pod["metadata"]["uid"]))
+        plan.before.append(DeletePod(name, meta(pod).uid))
         message = _deadline_message(plan, found.queue)
         plan.condition(reasons.QUEUED, "False", reasons.DEADLINE_EXCEEDED, message)
         raise RunFailedError(message, reason=reasons.DEADLINE_EXCEEDED)
@@ -460,8 +459,9 @@ def _queued(ctx: Context, plan: Plan, pod: Body) -> bool:
 
 def _follow(plan: Plan, pod: Body) -> None:
     """Worker status from its pod: what kubectl get workers shows between runtime reports."""
-    annotations = pod["metadata"].get("annotations") or {}
-    changes: dict[str, Any] = {"pod": pod["metadata"]["name"]}
+    of = meta(pod)
+    annotations = of.annotations
+    changes: dict[str, Any] = {"pod": of.name}
     if plan.status.frozen_revision is None and FROZEN_ANNOTATION in annotations:
         frozen = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
         changes.update(frozen_revision=frozen, revision=frozen.name)
@@ -469,10 +469,8 @@ def _follow(plan: Plan, pod: Body) -> None:
     # and its runtime's clock to report Running runs, from its claim.
     claimed = claimed_account(pod) is not None
     if plan.status.started_at is None:
-        changes["started_at"] = (not claimed and pod["metadata"].get("creationTimestamp")) or (
-            clocks.stamp(plan.now)
-        )
-    phase = (pod.get("status") or {}).get("phase")
+        changes["started_at"] = (not claimed and of.creation_timestamp) or clocks.stamp(plan.now)
+    phase = pod_status(pod).phase
     if phase == "Failed":
         reason, message = failure(pod)
         raise RunFailedError(message, reason=reason or reasons.POD_FAILED)
@@ -489,7 +487,7 @@ def _follow(plan: Plan, pod: Body) -> None:
         changes.update(phase="Pending", last_event="pod created")
     if any(getattr(plan.status, k) != v for k, v in changes.items()):
         plan.update(**changes)
-    plan.condition(reasons.STARTED, "True", reasons.POD_CREATED, f"pod {pod['metadata']['name']}")
+    plan.condition(reasons.STARTED, "True", reasons.POD_CREATED, f"pod {of.name}")
     plan.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
 
 
@@ -520,7 +518,7 @@ def _idle_clock(plan: Plan, pod: Body, config: AgentConfigSpec) -> None:
     plan.condition(reasons.READY, "False", reasons.IDLE_TIMEOUT, message)
     # After the status: a query the runtime took meanwhile makes that write a conflict,
     # and the run goes on with its pod.
-    plan.after.append(DeletePod(pod["metadata"]["name"], pod["metadata"]["uid"]))
+    plan.after.append(DeletePod(meta(pod).name, meta(pod).uid))
     plan.announce("Normal", reasons.IDLE_TIMEOUT, message)
 
 

@@ -14,7 +14,8 @@ from agentworkers.api.worker import (
     TreeStatus,
 )
 from agentworkers.core import clocks
-from agentworkers.core.pods import owned_by
+from agentworkers.core.objects import meta, phase
+from agentworkers.core.owners import owned_by
 from agentworkers.core.tree import tokens_used
 from agentworkers.core.worker_plan.plan import (
     Body,
@@ -40,7 +41,7 @@ def ended(ctx: Context, plan: Plan) -> None:
     if not plan.status.pod and ctx.pod is not None and owned_by(ctx.pod, plan.uid):
         # A run that ended before a pass recorded its pod (a warm pod's runtime reports
         # within moments of the claim, and its write wins over that pass's): record it now.
-        plan.update(pod=ctx.pod["metadata"]["name"])
+        plan.update(pod=meta(ctx.pod).name)
     if plan.status.phase == "Killed":
         # Its runs below go with it; a pass cut short by an API error resumes here.
         stop_below(plan, plan.status.error or "killed")
@@ -71,7 +72,7 @@ def _ttl_clock(ctx: Context, plan: Plan) -> None:
     if ttl is None or ready is None:
         return
     parent = ctx.parent if plan.spec.parent else None
-    if parent is not None and (parent.get("status") or {}).get("phase") not in TERMINAL_PHASES:
+    if parent is not None and phase(parent) not in TERMINAL_PHASES:
         plan.again(float(max(ttl, 1)))  # its parent may still collect it: look again
         return
     left = plan.left(ready.last_transition_time, ttl)
@@ -97,7 +98,7 @@ def stop_run(
         plan.condition(reasons.QUEUED, "False", reasons.KILLED, f"left its queue: {message}")
     if pod is not None and owned_by(pod, plan.uid):
         # Only this run's pod, and only the one we saw (a precondition on its uid).
-        plan.before.append(DeletePod(pod["metadata"]["name"], pod["metadata"]["uid"]))
+        plan.before.append(DeletePod(meta(pod).name, meta(pod).uid))
     plan.update(phase="Killed", error=reason, last_event=message)
     plan.condition(reasons.KILLED, "True", reasons.KILLED, message)
     plan.condition(reasons.READY, "False", reasons.KILLED, message)
@@ -140,7 +141,7 @@ def parent_killed(ctx: Context, plan: Plan) -> bool:
     parent = ctx.parent or {}
     status = parent.get("status") or {}
     asked = (parent.get("spec") or {}).get("kill") or {}
-    if status.get("phase") == "Killed":
+    if phase(parent) == "Killed":
         cause = status.get("error") or "killed"
     elif asked:
         cause = asked.get("reason") or "killed"
@@ -163,7 +164,7 @@ def tree_spent(ctx: Context, plan: Plan) -> bool:
         f"{reasons.TREE_BUDGET_EXHAUSTED}: the tree used {tree.get('tokensUsed')} of its "
         f"{tree.get('tokenBudget')} tokens"
     )
-    stop_run(plan, ctx.pod, reason, root["metadata"]["name"], reasons.TREE_BUDGET_EXHAUSTED)
+    stop_run(plan, ctx.pod, reason, meta(root).name, reasons.TREE_BUDGET_EXHAUSTED)
     plan.counts.append(("kill", "tree-budget"))
     return True
 
@@ -180,7 +181,7 @@ def sum_tree(ctx: Context, plan: Plan) -> None:
     limits = _tree_limits(ctx.config)
     budget = limits.token_budget if limits else None
     used = tokens_used(plan.body) + sum(tokens_used(b) for b in below)
-    live = [b for b in below if (b.get("status") or {}).get("phase") not in TERMINAL_PHASES]
+    live = [b for b in below if phase(b) not in TERMINAL_PHASES]
     was_spent = previous is not None and previous.budget_exhausted
     spent = was_spent or (budget is not None and used >= budget)
     tree = TreeStatus(

@@ -21,6 +21,7 @@ from agentworkers.api.worker import (
 from agentworkers.core import clocks
 from agentworkers.core.conditions import Status, abnormal_conditions, set_condition
 from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.objects import meta
 from agentworkers.core.quota import Usage
 from agentworkers.core.tree import Shape
 from agentworkers.errors import Refusal, describe
@@ -148,28 +149,22 @@ class Plan:
     tree_runs: int | None = None  # a top-level run's tree size, when summed
     quiet: bool = False  # nothing to write at all (a failure said once already)
     binds: dict[str, str] = field(default_factory=dict)  # annotations its `Bind` writes
+    # Who the Worker is, read once: a pass's writes move its version and add annotations,
+    # never these (a metadata patch leaves the generation be).
+    name: str = field(init=False)
+    namespace: str = field(init=False)
+    uid: str = field(init=False)
+    generation: int | None = field(init=False)
 
-    @property
-    def name(self) -> str:
-        return str(self.body["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.body["metadata"]["namespace"])
-
-    @property
-    def uid(self) -> str:
-        return str(self.body["metadata"].get("uid") or "")
-
-    @property
-    def generation(self) -> int | None:
-        generation = self.body["metadata"].get("generation")
-        return int(generation) if generation is not None else None
+    def __post_init__(self) -> None:
+        read = meta(self.body)
+        self.name, self.namespace, self.uid = read.name, read.namespace, read.uid
+        self.generation = read.generation
 
     @property
     def annotations(self) -> dict[str, str]:
         """The Worker's annotations, with those this plan writes before its pod."""
-        return {**(self.body["metadata"].get("annotations") or {}), **self.binds}
+        return {**meta(self.body).annotations, **self.binds}
 
     def update(self, **changes: Any) -> None:
         self.status = self.status.model_copy(update=changes)
