@@ -320,8 +320,11 @@ class PodRunner:
             threading.Thread(target=cri_copy, args=(pipe, logfile, stream), daemon=True).start()
         with self.lock:
             self.runs[key] = run
+            late = self.stopping.is_set()
         log.info("%s/%s: started %s (pid %d)", *key, what, run.process.pid)
         threading.Thread(target=self.reap, args=(key,), daemon=True).start()
+        if late:  # started by a pod's thread after `shutdown` went through the runs
+            self.stop(key)
 
     def wait(self, key: tuple[str, str], run: Run) -> int:
         """The run's exit code, once it exits; at the pod's activeDeadlineSeconds it is
