@@ -2,7 +2,7 @@
 """Spawn throughput: Workers (this operator) side by side with Jobs (the Job controller).
 
     python bench/bench_scale.py [--rates 10,25,50,100] [--seconds 10] [--burst 1000]
-        [--runtime-runs 25] [--held 1000] [--no-pooled]
+        [--runtime-runs 25] [--held 1000] [--no-pooled] [--rounds 1] [--no-own] [--no-throttled]
 
 On the local control plane, in one run: open-loop creation of Workers (each with its own
 account, and with pooled identities), and of Jobs (parallelism 1, a Pod Security
@@ -31,6 +31,7 @@ import os
 import re
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,13 @@ PASSES = re.compile(
 )
 REVIEWS = re.compile(
     r"^agentworkers_admission_review_seconds_bucket\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
+)
+# The API server's own time on a create (the whole request, and its etcd write) and on a
+# webhook's review: sums and counts, so a phase's mean shows where its creates wait.
+SERVER_TIMES = re.compile(
+    r"^(?P<metric>apiserver_request_duration_seconds|etcd_request_duration_seconds|"
+    r"apiserver_admission_webhook_admission_duration_seconds)_(?P<part>sum|count)"
+    r"\{(?P<labels>[^}]*)\} (?P<value>\S+)$"
 )
 READS, WRITES = {"GET", "LIST"}, {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 HEARTBEATS = {"leases", "endpoints", "endpointslices", "events"}
@@ -151,6 +159,33 @@ def requests(lines: list[str]) -> Counter[tuple[str, str]]:
                 resource += "/" + labels["subresource"]
             counts[(labels.get("verb", ""), resource)] += int(float(match["value"]))
     return counts
+
+
+def server_times(lines: list[str]) -> Counter[tuple[str, str]]:
+    """(what, "sum" or "count"): the API server's POSTs by resource (`POST pods`), their
+    etcd creates (`etcd pods`) and its webhook reviews by check (`webhook worker`)."""
+    found: Counter[tuple[str, str]] = Counter()
+    for line in lines:
+        if not (match := SERVER_TIMES.match(line)):
+            continue
+        labels = _labels(match["labels"])
+        if match["metric"] == "apiserver_request_duration_seconds":
+            if labels.get("verb") != "POST" or labels.get("subresource"):
+                continue
+            what = f"POST {labels.get('resource')}"
+        elif match["metric"] == "etcd_request_duration_seconds":
+            if labels.get("operation") != "create":
+                continue
+            what = f"etcd {labels.get('resource')}"
+        else:
+            what = f"webhook {labels.get('name', '').split('.', 1)[0]}"
+        found[(what, match["part"])] += float(match["value"])
+    return found
+
+
+def mean_ms(times: Counter[tuple[str, str]], what: str) -> float:
+    count = times[(what, "count")]
+    return times[(what, "sum")] * 1000 / count if count else float("nan")
 
 
 def own_reads(lines: list[str]) -> Counter[str]:
@@ -416,6 +451,8 @@ class Phase:
     # From the create's answer to the pod: the controller's own part.
     controller: list[float]
     requests: Counter[tuple[str, str]]
+    # The API server's own time (`server_times`) over the phase.
+    server: Counter[tuple[str, str]]
     cpu: dict[str, float]
     admission_p99: float
     missing: int
@@ -564,6 +601,7 @@ class Bench:
                 if (namespace, n) in self.watch.seen
             ],
             requests=grown,
+            server=server_times(after_m) - server_times(before_m),
             cpu={k: after_cpu[k] - before_cpu[k] for k in after_cpu},
             admission_p99=bucket_quantile(
                 admission_buckets(before_m, self.webhook),
@@ -641,6 +679,16 @@ class Bench:
         )
         for note in p.notes:
             print(f"   {note}")
+        kind = "workers" if p.label.startswith(("worker", "pooled")) else "jobs"
+        hook = mean_ms(p.server, "webhook worker")
+        print(
+            f"   the API server's own mean per create: {kind} "
+            f"{mean_ms(p.server, f'POST {kind}'):.1f} ms (its etcd write "
+            f"{mean_ms(p.server, f'etcd {kind}'):.1f}"
+            + (f", our webhook {hook:.1f}" if kind == "workers" else "")
+            + f"), pods {mean_ms(p.server, 'POST pods'):.1f} ms (its etcd write "
+            f"{mean_ms(p.server, 'etcd pods'):.1f})"
+        )
         probed = (len(p.probe) + p.probe_errors) * self.probe_cpu
         print(
             "   CPU ms per object: "
@@ -885,8 +933,8 @@ JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
 
 def side_by_side(bench: Bench, rates: list[float], args: argparse.Namespace) -> list[Phase]:
     """The Job controller throttled at the lowest rate, then Worker and Job unthrottled side
-    by side at each rate, the first of each pair alternating: a shared machine's drift falls
-    on both alike."""
+    by side at each rate, `--rounds` times, the first of each pair alternating: a shared
+    machine's drift falls on both alike. A later round's labels end in `-r<round>`."""
     results = []
 
     def phase(label: str, make: Callable[[str], dict[str, Any]], path: str, rate: float) -> None:
@@ -894,18 +942,36 @@ def side_by_side(bench: Bench, rates: list[float], args: argparse.Namespace) -> 
         results.append(bench.run(label, make, path, count, rate))
         bench.drop(label)
 
-    if not args.no_jobs:
+    if not args.no_jobs and args.throttled:
         with controller_manager(0):  # throttled, it keeps up with less than the lowest rate
             phase(f"job-throttled-{int(rates[0])}", job, JOBS, rates[0])
+    kinds = [k for k, on in (("worker", args.own), ("pooled", args.pooled), ("job", True)) if on]
     with controller_manager(5000):
-        for i, rate in enumerate(rates):
-            kinds = ("worker", "pooled", "job") if args.pooled else ("worker", "job")
-            for kind in kinds[:: 1 if i % 2 == 0 else -1]:
+        for k, (i, rate) in itertools.product(range(args.rounds), enumerate(rates)):
+            suffix = f"-r{k}" if k else ""
+            for kind in kinds[:: 1 if (i + k) % 2 == 0 else -1]:
                 if kind in ("worker", "pooled") and not args.no_workers:
-                    phase(f"{kind}-{int(rate)}", worker, WORKERS, rate)
+                    phase(f"{kind}-{int(rate)}{suffix}", worker, WORKERS, rate)
                 elif kind == "job" and not args.no_jobs:
-                    phase(f"job-unthrottled-{int(rate)}", job, JOBS, rate)
+                    phase(f"job-unthrottled-{int(rate)}{suffix}", job, JOBS, rate)
     return results
+
+
+def ratios(results: list[Phase], rates: list[float], rounds: int) -> None:
+    """Each round's Worker p99 over the Job's, at each rate, and their median: the figure
+    that carries over from a shared machine."""
+    by_label = {p.label: p for p in results}
+    print("\n== create->pod p99, Worker / Job unthrottled, each round (side by side)")
+    for rate, kind in itertools.product(rates, ("worker", "pooled")):
+        found = []
+        for k in range(rounds):
+            suffix = f"-{int(rate)}" + (f"-r{k}" if k else "")
+            mine, job_ = by_label.get(kind + suffix), by_label.get("job-unthrottled" + suffix)
+            if mine and job_:
+                found.append(pct(mine.latencies, 0.99) / max(pct(job_.latencies, 0.99), 1e-9))
+        if found:
+            each = ", ".join(f"{r:.2f}" for r in found)
+            print(f"  {rate:g}/s, {kind}: {each}; median {statistics.median(found):.2f}")
 
 
 def _quiet(bench: Bench, timeout: float = 180) -> float:
@@ -1035,6 +1101,21 @@ def arguments() -> argparse.Namespace:
         "--settle", type=float, default=40, help="seconds after the burst before its RSS"
     )
     parser.add_argument("--no-jobs", action="store_true", help="Workers only")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="side-by-side rounds at each rate (alternating)"
+    )
+    parser.add_argument(
+        "--own",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Workers with their own account (the pooled ones, if --pooled, run anyway)",
+    )
+    parser.add_argument(
+        "--throttled",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the Job controller at its default client limits first (at the lowest rate)",
+    )
     parser.add_argument("--no-workers", action="store_true", help="Jobs only")
     parser.add_argument("--max-objects", type=int, default=1000, help="per phase")
     parser.add_argument(
@@ -1140,6 +1221,7 @@ def main() -> int:
         )
 
     summarize(results, rates)
+    ratios(results, rates, args.rounds)
     if running:
         print("\n== create -> Running p99 ms (the runtime's own report; the Job's pod's phase)")
         print("  " + ", ".join(f"{r.label} {pct(r.latencies, 0.99) * 1000:.0f}" for r in running))

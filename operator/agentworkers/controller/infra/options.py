@@ -31,7 +31,12 @@ class Options:
     metrics_port: int | None = 8080
     metrics_addr: str = "127.0.0.1"
     liveness: str | None = "http://127.0.0.1:8081/healthz"
-    workers: int = 16
+    # Threads that run Worker passes (and API connections kept for them). A pass waits on
+    # the API server, not the CPU: a run's start sends four writes in turn (pod, Role,
+    # RoleBinding, status), so at 10 spawns/s with writes of 300-600 ms (a busy API
+    # server) 16 threads were all waiting and a new Worker's pass queued for seconds
+    # before its pod (docs/scaling.md, "Where a cold Worker's pod waits").
+    workers: int = 64
     watch_timeout: int = 270
     # Seconds any one API call may take (a webhook on the way may take 30 by itself).
     request_timeout: float = 60
