@@ -72,19 +72,33 @@ def shard_namespaces(cluster: Cluster) -> Iterator[tuple[str, dict[int, list[str
 
 
 def replica(
-    cluster: Cluster, workdir: Path, prefix: str, index: int
+    cluster: Cluster, workdir: Path, prefix: str, *lease: str
 ) -> contextlib.AbstractContextManager[Operator]:
+    """An operator replica serving the namespaces `prefix-*`, its Leases in `prefix-leases`;
+    `lease`: how it takes turns (`--shards=2 --shard-index=i`, or `--leader-elect` and a
+    Lease of its own name, as the replicas of an active/standby Deployment)."""
     workdir.mkdir()
     return Operator.start(
         cluster,
         workdir,
         f"--namespace={prefix}-*",
         "--no-webhook",
-        "--shards=2",
-        f"--shard-index={index}",
+        *lease,
         f"--lease-namespace={prefix}-leases",
         "--log-format=json",
     )
+
+
+def shard(
+    cluster: Cluster, workdir: Path, prefix: str, index: int
+) -> contextlib.AbstractContextManager[Operator]:
+    return replica(cluster, workdir, prefix, "--shards=2", f"--shard-index={index}")
+
+
+def standby(
+    cluster: Cluster, workdir: Path, prefix: str
+) -> contextlib.AbstractContextManager[Operator]:
+    return replica(cluster, workdir, prefix, "--leader-elect", f"--lease-name={prefix}")
 
 
 def spawn(cluster: Cluster, namespace: str, names: list[str]) -> None:
@@ -108,8 +122,8 @@ def test_two_replicas_split_the_work_and_take_over_a_lost_shard(
 ) -> None:
     prefix, by_shard = shard_namespaces
     with (
-        replica(cluster, tmp_path / "r0", prefix, 0) as first,
-        replica(cluster, tmp_path / "r1", prefix, 1) as second,
+        shard(cluster, tmp_path / "r0", prefix, 0) as first,
+        shard(cluster, tmp_path / "r1", prefix, 1) as second,
     ):
         # A replica alone serves every shard; once both run, each holds its own.
         wait_until(
@@ -177,23 +191,6 @@ def standby_namespaces(cluster: Cluster) -> Iterator[tuple[str, list[str]]]:
     yield prefix, teams
     for name in (f"{prefix}-leases", *teams):
         core.delete_namespace(name)
-
-
-def standby(
-    cluster: Cluster, workdir: Path, prefix: str
-) -> contextlib.AbstractContextManager[Operator]:
-    """A replica of an active/standby Deployment: no shard index, a Lease of its own name."""
-    workdir.mkdir()
-    return Operator.start(
-        cluster,
-        workdir,
-        f"--namespace={prefix}-*",
-        "--no-webhook",
-        "--leader-elect",
-        f"--lease-namespace={prefix}-leases",
-        f"--lease-name={prefix}",
-        "--log-format=json",
-    )
 
 
 def test_two_replicas_take_turns_on_one_lease_and_a_standby_takes_over(
