@@ -172,12 +172,22 @@ def test_a_spawn_tree_is_one_trace_in_jaeger(
     first_revision(cluster, namespace)
     trace_id, tokens = run_the_tree(client)
 
+    names: set[str] = set()
+
     def whole() -> dict[str, Any] | None:
         found = jaeger.trace(trace_id)
-        names = {s["operationName"] for s in found["spans"]} if found else set()
+        names.clear()
+        if found:
+            names.update(s["operationName"] for s in found["spans"])
         return found if {"run lead", "run a", "run b"} <= names else None
 
-    found = wait_until("the trace in jaeger", whole, timeout=60)
+    try:
+        found = wait_until("the trace in jaeger", whole, timeout=60)
+    except AssertionError as e:
+        # What a user would look at next: the spans that did arrive, and where each run
+        # says its trace is.
+        runs = {w: client.tree(w).trace_id for w in ("lead", "a", "b")}
+        raise AssertionError(f"{e}: spans {sorted(names)}; each run's trace {runs}") from None
     spans = found["spans"]
     by_id = {s["spanID"]: s for s in spans}
     runs = {
