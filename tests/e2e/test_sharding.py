@@ -46,6 +46,28 @@ def held(operator: Operator) -> int:
     return metric(operator, "agentworkers_shards_held")
 
 
+@contextlib.contextmanager
+def agents_in(cluster: Cluster, prefix: str, namespaces: list[str]) -> Iterator[None]:
+    """`namespaces`, each with the agent CONFIG, and `prefix-leases` for the Leases; all
+    deleted after."""
+    core = kubernetes.client.CoreV1Api(cluster.api)
+    made = [f"{prefix}-leases", *namespaces]
+    for name in made:
+        core.create_namespace({"metadata": {"name": name}})
+    try:
+        for name in namespaces:
+            wait_until(
+                f"{name}'s default service account",
+                lambda n=name: core.list_namespaced_service_account(n).items,  # type: ignore[misc]
+                timeout=30,
+            )
+            cluster.apply(name, copy.deepcopy(CONFIG))
+        yield
+    finally:
+        for name in made:
+            core.delete_namespace(name)
+
+
 @pytest.fixture
 def shard_namespaces(cluster: Cluster) -> Iterator[tuple[str, dict[int, list[str]]]]:
     """A prefix of our own and two namespaces in each of the two shards under it."""
@@ -55,20 +77,8 @@ def shard_namespaces(cluster: Cluster) -> Iterator[tuple[str, dict[int, list[str
         name = f"{prefix}-{i}"
         if len(by_shard[shard_of(name, 2)]) < 2:
             by_shard[shard_of(name, 2)].append(name)
-    core = kubernetes.client.CoreV1Api(cluster.api)
-    made = [f"{prefix}-leases", *by_shard[0], *by_shard[1]]
-    for name in made:
-        core.create_namespace({"metadata": {"name": name}})
-    for name in made[1:]:
-        wait_until(
-            f"{name}'s default service account",
-            lambda n=name: core.list_namespaced_service_account(n).items,  # type: ignore[misc]
-            timeout=30,
-        )
-        cluster.apply(name, copy.deepcopy(CONFIG))
-    yield prefix, by_shard
-    for name in made:
-        core.delete_namespace(name)
+    with agents_in(cluster, prefix, [*by_shard[0], *by_shard[1]]):
+        yield prefix, by_shard
 
 
 def replica(
@@ -178,19 +188,8 @@ def standby_namespaces(cluster: Cluster) -> Iterator[tuple[str, list[str]]]:
     """A prefix of our own, its Leases' namespace and two namespaces of agents."""
     prefix = f"standby-{uuid.uuid4().hex[:6]}"
     teams = [f"{prefix}-a", f"{prefix}-b"]
-    core = kubernetes.client.CoreV1Api(cluster.api)
-    for name in (f"{prefix}-leases", *teams):
-        core.create_namespace({"metadata": {"name": name}})
-    for name in teams:
-        wait_until(
-            f"{name}'s default service account",
-            lambda n=name: core.list_namespaced_service_account(n).items,  # type: ignore[misc]
-            timeout=30,
-        )
-        cluster.apply(name, copy.deepcopy(CONFIG))
-    yield prefix, teams
-    for name in (f"{prefix}-leases", *teams):
-        core.delete_namespace(name)
+    with agents_in(cluster, prefix, teams):
+        yield prefix, teams
 
 
 def test_two_replicas_take_turns_on_one_lease_and_a_standby_takes_over(

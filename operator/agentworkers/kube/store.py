@@ -145,7 +145,7 @@ def _older(old: str, new: str) -> bool:
 def _unchanged(new: Body, old: Body | None) -> bool:
     """Whether `new` keeps what `old` kept, but its version. Compared as dicts: both are
     the store's own trimmed copies, never changed once made (serialising each event to a
-    digest was a tenth of the operator's CPU under load)."""
+    digest was about a tenth of the time the operator held the GIL under load)."""
     if old is None or new.keys() != old.keys():
         return False
     if any(new[k] != old[k] for k in new if k != "metadata"):
