@@ -16,16 +16,13 @@ Every event is also one JSON line on stdout, so `kubectl logs` shows the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import logging
 import os
-import select
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +45,7 @@ from agentworkers.core.spawning import verify_run_start
 from agentworkers.errors import REFUSALS, AgentWorkersError, ApiError
 from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
+from agentworkers.runtime.claims import wait_for_claim
 from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
 from agentworkers.runtime.inputs import read as read_inputs
 from agentworkers.runtime.inputs import take as take_inputs
@@ -126,11 +124,6 @@ class Reporter:
 
 
 GRANT_WAIT = 15.0  # seconds: the operator grants access right after the pod or a child's binding
-# Seconds between reads of a warm pod's claim file when nothing signalled a change (a
-# change to its directory wakes the runtime at once: `wait_for_claim`).
-CLAIM_POLL = 1.0
-# inotify: IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE.
-IN_CHANGES = 0x008 | 0x080 | 0x100
 
 
 def _once_granted(call: Callable[[], T], pause: float = 0.2) -> T:
@@ -243,44 +236,6 @@ def _interruptible(call: Callable[[], T]) -> T:
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
-
-
-def wait_for_claim(path: Path) -> Claim:
-    """A warm pod's wait: until the operator gives the pod to a run, whose claim the pod's
-    downward-API file then holds (empty until then, as a kubelet writes an absent
-    annotation). The file is read again whenever its directory changes (a kubelet, like
-    the local pod runner, swaps the new content in with a rename), and each CLAIM_POLL
-    seconds in case a change went unnoticed."""
-    with _changes(path.parent) as changed:
-        while True:
-            with contextlib.suppress(FileNotFoundError):
-                text = path.read_text().strip()
-                if text:
-                    return Claim.model_validate_json(text)
-            changed(CLAIM_POLL)
-
-
-@contextlib.contextmanager
-def _changes(directory: Path) -> Iterator[Callable[[float], None]]:
-    """A wait for a change in `directory` (Linux inotify: a file created, written or
-    renamed into it), at most `timeout` seconds; a plain sleep where inotify is missing."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK) if hasattr(libc, "inotify_init1") else -1
-    if fd < 0 or libc.inotify_add_watch(fd, bytes(directory), IN_CHANGES) < 0:
-        if fd >= 0:
-            os.close(fd)
-        yield time.sleep
-        return
-
-    def wait(timeout: float) -> None:
-        if select.select([fd], [], [], timeout)[0]:
-            with contextlib.suppress(BlockingIOError):
-                os.read(fd, 65536)
-
-    try:
-        yield wait
-    finally:
-        os.close(fd)
 
 
 def warm(namespace: str, sandbox: str, kubeconfig: str | None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.core.pools import Claim
-from agentworkers.runtime import main
+from agentworkers.runtime import claims
 
 CLAIM = Claim(
     worker="w", uid="u", revision=RevisionRef(name="a-r1", revision=1, digest="d"), effective="{}"
@@ -28,5 +28,5 @@ def test_a_claim_renamed_into_place_wakes_the_waiting_runtime(tmp_path: Path) ->
 
     threading.Thread(target=claim).start()
     began = time.monotonic()
-    assert main.wait_for_claim(path) == CLAIM
-    assert time.monotonic() - began < main.CLAIM_POLL  # woken by the change, not the poll
+    assert claims.wait_for_claim(path) == CLAIM
+    assert time.monotonic() - began < claims.CLAIM_POLL  # woken by the change, not the poll
