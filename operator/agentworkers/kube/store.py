@@ -254,9 +254,15 @@ class Store:
         self._index(plural, trimmed, of)
 
     def forget(self, plural: str, body: Mapping[str, Any]) -> None:
+        """The object is gone; a newer one of its name the store holds (made since, by a
+        pass's write) is kept."""
         of = meta(body)
+        where = (of.namespace, of.name)
         with self._lock:
-            kept = self._objects[plural].pop((of.namespace, of.name), None)
+            kept = self._objects[plural].get(where)
+            if kept is not None and _older(of.resource_version, meta(kept).resource_version):
+                return
+            kept = self._objects[plural].pop(where, None)
             if kept is not None:
                 self._unindex(plural, kept)
             key = (plural, of.namespace, of.name)
@@ -341,6 +347,27 @@ class Store:
         questions with no index, a TokenQuota's runs)."""
         with self._lock:
             found = [b for (ns, _), b in self._objects[plural].items() if ns == namespace]
+        return [_copy(b) for b in found]
+
+    def unlisted(
+        self, plural: str, namespace: str | None, listed: set[Key], version: str
+    ) -> list[Body]:
+        """The objects of a kind (in `namespace`; None: in all) that a listing at `version`
+        did not list though they are no newer than it: deleted while no watch was there to
+        say so. Only etcd's integer versions are compared; with others, none is. A kind
+        the store does not keep has none."""
+        if not version.isdigit():
+            return []
+        up_to = int(version)
+        with self._lock:
+            found = [
+                body
+                for key, body in self._objects.get(plural, {}).items()
+                if key not in listed
+                and namespace in (None, key[0])
+                and (kept := meta(body).resource_version).isdigit()
+                and int(kept) <= up_to
+            ]
         return [_copy(b) for b in found]
 
     def keys(self, plural: str) -> list[Key]:

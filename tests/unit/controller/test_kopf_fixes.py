@@ -419,3 +419,61 @@ def test_no_mutating_webhook_configuration_without_a_mutating_webhook(
         lambda **_: None
     )
     assert _managed(registry, monkeypatch) == [registry]
+
+
+def test_a_relisting_gives_what_it_no_longer_lists_as_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's own watch lists a kind again after a "410 Gone", and an object deleted in
+    the gap got no DELETED event: the store kept it for good. The objects the store holds
+    that the listing did not list, no newer than it, now come as DELETED after it."""
+    from agentworkers.kube.store import Store  # noqa: PLC0415
+
+    def pod(name: str, rv: str, namespace: str = "ns") -> dict[str, Any]:
+        meta = {"name": name, "namespace": namespace, "resourceVersion": rv, "uid": name}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {}, "status": {}}
+
+    store = Store()
+    for body in (pod("kept", "50"), pod("gone", "60"), pod("made-since", "150")):
+        store.wrote("pods", body)
+    store.wrote("pods", pod("elsewhere", "10", "other"))
+
+    async def listing(**_: Any) -> AsyncIterator[tuple[list[Any], str]]:
+        yield [pod("kept", "50")], "100"
+
+    async def watch(**_: Any) -> AsyncIterator[dict[str, Any]]:
+        yield {"type": "MODIFIED", "object": pod("kept", "120")}
+
+    monkeypatch.setattr(kopf_fixes, "_fetch_objs", listing)
+    monkeypatch.setattr(watching, "watch_objs", watch)
+    resource = references.Resource("", "v1", "pods", namespaced=True)
+
+    async def run() -> list[tuple[str | None, str]]:
+        seen: list[tuple[str | None, str]] = []
+        with mock.patch.object(kopf_fixes.fetching, "fetch_objs", kopf_fixes.fetch_objs):
+            async for event in kopf_fixes.continuous_watch(
+                settings=configuration.OperatorSettings(),
+                resource=resource,
+                namespace="ns",
+                operator_pause_waiter=asyncio.get_running_loop().create_future(),
+            ):
+                if event is watching.Bookmark.LISTED:
+                    seen.append(("LISTED", ""))
+                    continue
+                seen.append((event["type"], event["object"]["metadata"]["name"]))
+                if event["type"] == "MODIFIED":
+                    break
+        return seen
+
+    kopf_fixes.forget_unlisted(store.unlisted)
+    try:
+        assert asyncio.run(run()) == [
+            (None, "kept"),
+            ("DELETED", "gone"),  # not listed, and older than the listing
+            ("LISTED", ""),
+            ("MODIFIED", "kept"),
+        ]  # "made-since" is newer than the listing; "elsewhere" is another watch's
+        kopf_fixes.forget_unlisted(None)
+        assert ("DELETED", "gone") not in asyncio.run(run())
+    finally:
+        kopf_fixes.forget_unlisted(None)

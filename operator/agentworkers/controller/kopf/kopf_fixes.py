@@ -1,4 +1,4 @@
-"""Eight changes to kopf (1.45), applied before `kopf.run`.
+"""Nine changes to kopf (1.45), applied before `kopf.run`.
 
 Each replaces or wraps a private part of kopf (`kopf._cogs`, `kopf._core`), so
 `pyproject.toml` holds kopf to the releases they are tested on, and `apply` checks every
@@ -86,6 +86,16 @@ only: the mutating configuration it made stayed empty and owned by nothing, so e
 `helm uninstall` (which removes the chart's validating one) left one behind. Its manager
 now runs only when a mutating webhook is registered; else it waits, as kopf's own does
 when it manages nothing (a root task that ends stops the operator).
+
+9. A watch that lists its kind again says what is no longer there.
+
+kopf lists a kind again when its watch ends with "410 Gone" (or its listing failed), and
+gives the listed objects as events of type None: an object deleted while no watch was
+open gets no DELETED event, and the store would keep it for good (a pod gone in that gap
+went on holding its pooled account, a run on waiting for it). As client-go's informers do
+on a relisting, the objects the store holds that the listing did not list, though no
+newer than the listing, are given as DELETED events after it. The listing's version is
+read off kopf's listing call as it passes.
 """
 
 from __future__ import annotations
@@ -95,11 +105,13 @@ import functools
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from importlib.metadata import version
 from typing import Any
 
 import kopf
+from kopf._cogs.clients import fetching, watching
 from kopf._cogs.structs import bodies, dicts, patches
 from kopf._core.engines import admission
 from kopf._core.intents import causes, registries
@@ -201,6 +213,53 @@ async def watcher(
         if operator_indexed is not None and resource_indexed is not None:
             # Shielded: stopping cancels the watcher, maybe twice; the drop must happen.
             await asyncio.shield(operator_indexed.drop_toggle(resource_indexed))
+
+
+# What the store holds that a listing did not list (see 9): (plural, namespace or None for
+# all, the listed (namespace, name) keys, the listing's version) -> their bodies. Set once
+# the store exists (`forget_unlisted`).
+Unlisted = Callable[[str, str | None, set[tuple[str, str]], str], list[dict[str, Any]]]
+_unlisted: list[Unlisted] = []
+# The version of the listing kopf's watch made last, in this task.
+_listed_version: ContextVar[str] = ContextVar("listed_version", default="")
+_fetch_objs: Callable[..., AsyncIterator[Any]] = _kopf_s(fetching, "fetch_objs")
+_continuous_watch: Callable[..., AsyncIterator[Any]] = _kopf_s(watching, "continuous_watch")
+
+
+def forget_unlisted(unlisted: Unlisted | None) -> None:
+    _unlisted[:] = [unlisted] if unlisted is not None else []
+
+
+async def fetch_objs(**kwargs: Any) -> AsyncIterator[Any]:
+    """kopf's own listing, its version noted (an async generator runs in its consumer's
+    context: the watch that listed reads it)."""
+    async for chunk, listed_at in _fetch_objs(**kwargs):
+        _listed_version.set(listed_at)
+        yield chunk, listed_at
+
+
+async def continuous_watch(*, resource: Any, namespace: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    """kopf's own watch, with a DELETED event after its listing for each object the store
+    holds that the listing did not list (see 9)."""
+    listed: set[tuple[str, str]] | None = set()
+    _listed_version.set("")
+    async for event in _continuous_watch(resource=resource, namespace=namespace, **kwargs):
+        if listed is not None and event is watching.Bookmark.LISTED:
+            version = _listed_version.get()
+            gone = [b for f in _unlisted for b in f(resource.plural, namespace, listed, version)]
+            for body in gone:
+                log.info(
+                    "%s %s/%s: gone while the watch was away (not in its new listing)",
+                    resource.plural,
+                    body["metadata"].get("namespace"),
+                    body["metadata"]["name"],
+                )
+                yield {"type": "DELETED", "object": body}
+            listed = None
+        elif listed is not None and isinstance(event, dict) and event.get("type") is None:
+            of = event["object"].get("metadata") or {}
+            listed.add((of.get("namespace") or "", of.get("name") or ""))
+        yield event
 
 
 def _takes(function: Any, *names: str) -> bool:
@@ -448,6 +507,13 @@ def missing() -> list[str]:
             "kopf._core.reactor.queueing.watcher(operator_indexed, resource_indexed)": _takes(
                 _watcher, *toggles
             ),
+            "kopf._cogs.clients.fetching.fetch_objs": callable(_fetch_objs),
+            "kopf._cogs.clients.watching.continuous_watch(resource, namespace)": _takes(
+                _continuous_watch, "resource", "namespace"
+            ),
+            "kopf._cogs.clients.watching.Bookmark.LISTED": hasattr(
+                getattr(watching, "Bookmark", None), "LISTED"
+            ),
             "kopf._core.reactor.observation.process_discovered_namespace_event": hasattr(
                 observation, "process_discovered_namespace_event"
             ),
@@ -464,7 +530,7 @@ def missing() -> list[str]:
 
 
 def apply(namespaces: Sequence[str] = ()) -> None:
-    """Install all eight (idempotent): kopf looks these up when it runs them. `namespaces`:
+    """Install all nine (idempotent): kopf looks these up when it runs them. `namespaces`:
     the operator's `--namespace` patterns (none: every namespace). Raises `KopfChanged`,
     having patched nothing, when a point is missing."""
     if gone := missing():
@@ -482,3 +548,5 @@ def apply(namespaces: Sequence[str] = ()) -> None:
     processing.process_resource_event = process_resource_event  # type: ignore[assignment]
     queueing.watcher = watcher
     observation.process_discovered_namespace_event = process_discovered_namespace_event
+    fetching.fetch_objs = fetch_objs
+    watching.continuous_watch = continuous_watch

@@ -84,6 +84,7 @@ def configure(
     memo.store = Store(judged=frozenset(_JUDGED))
     memo.storage = Storage(api, memo.store)
     memo.synced = kopf_fixes.indexed
+    kopf_fixes.forget_unlisted(memo.store.unlisted)
     for plural in TRIM:
         metrics.STORE_OBJECTS.labels(kind=plural).set_function(partial(memo.store.size, plural))
 
@@ -92,6 +93,7 @@ def configure(
 def close(memo: kopf.Memo, **_: Any) -> None:
     if "certificate_watch" in memo:
         memo.certificate_watch.stop()
+    kopf_fixes.forget_unlisted(None)
     memo.api.close()
 
 
