@@ -513,6 +513,41 @@ def is_local(ip: str) -> bool:
     return ipaddress.ip_address(ip).is_loopback or route.stdout.startswith("local ")
 
 
+@contextlib.contextmanager
+def pod_watch(
+    cluster: Cluster, namespace: str, on_event: Callable[[str, Any], None]
+) -> Iterator[None]:
+    """Call `on_event(type, pod)` for every change to the namespace's pods while the block
+    runs. The watch reconnects on one resourceVersion: a watch started afresh would list
+    the pods again and never see one deleted in between. Only an expired version ("410
+    Gone") starts over from a listing."""
+    stop = threading.Event()
+    core = kubernetes.client.CoreV1Api(cluster.api)
+
+    def watch() -> None:
+        stream = kubernetes.watch.Watch()
+        while not stop.is_set():
+            since = {"resource_version": stream.resource_version} if stream.resource_version else {}
+            try:
+                for event in stream.stream(
+                    core.list_namespaced_pod, namespace, timeout_seconds=10, **since
+                ):
+                    on_event(event["type"], event["object"])
+                    if stop.is_set():
+                        return
+            except kubernetes.client.ApiException as e:
+                if e.status != 410:
+                    raise
+                stream.resource_version = None
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
 class SpecWatch:
     """When each agentworkers object's spec change reached a watcher (as the operator
     sees them): how far apart one apply puts a commit's objects."""

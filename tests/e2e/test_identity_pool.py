@@ -8,19 +8,26 @@ loses no run."""
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-import kubernetes
 import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.api.names import IDENTITY_LABEL, IDENTITY_POOL_LABEL
 from agentworkers.client import Client
 from agentworkers.core.identities import QUARANTINE_SECONDS
-from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, settled, wait_until
+from tests.e2e.support import (
+    CONFIG,
+    Cluster,
+    Operator,
+    first_revision,
+    pod_watch,
+    settled,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -62,39 +69,25 @@ def seen(cluster: Cluster, namespace: str) -> Iterator[Accounts]:
     found = Accounts()
     live: dict[str, set[str]] = {}
     gone_at: dict[str, float] = {}  # account -> when its last live pod went
-    stop = threading.Event()
-    core = kubernetes.client.CoreV1Api(cluster.api)
 
-    def watch() -> None:
-        # One resourceVersion through every reconnect: a new watch from none would list
-        # the pods again, and a pod deleted between two would never be seen to go.
-        stream = kubernetes.watch.Watch()
-        while not stop.is_set():
-            since = {"resource_version": stream.resource_version} if stream.resource_version else {}
-            for event in stream.stream(
-                core.list_namespaced_pod, namespace, timeout_seconds=10, **since
-            ):
-                meta = event["object"].metadata
-                account = (meta.labels or {}).get(IDENTITY_LABEL)
-                if account:
-                    pods = live.setdefault(account, set())
-                    if event["type"] == "DELETED":
-                        pods.discard(meta.name)
-                        if not pods:
-                            gone_at[account] = time.monotonic()
-                    elif meta.name not in pods:
-                        if not pods and account in gone_at:
-                            found.reused.append((account, time.monotonic() - gone_at[account]))
-                        pods.add(meta.name)
-                        if len(pods) > 1:
-                            found.shared.append(f"{account}: {', '.join(sorted(pods))}")
-                if stop.is_set():
-                    break
+    def saw(kind: str, pod: Any) -> None:
+        account = (pod.metadata.labels or {}).get(IDENTITY_LABEL)
+        if not account:
+            return
+        pods = live.setdefault(account, set())
+        if kind == "DELETED":
+            pods.discard(pod.metadata.name)
+            if not pods:
+                gone_at[account] = time.monotonic()
+        elif pod.metadata.name not in pods:
+            if not pods and account in gone_at:
+                found.reused.append((account, time.monotonic() - gone_at[account]))
+            pods.add(pod.metadata.name)
+            if len(pods) > 1:
+                found.shared.append(f"{account}: {', '.join(sorted(pods))}")
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    yield found
-    stop.set()
+    with pod_watch(cluster, namespace, saw):
+        yield found
 
 
 def run_as(cluster: Cluster, namespace: str, pod: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,7 +20,15 @@ from agentworkers.api import WorkerSpec
 from agentworkers.api.names import CLAIM_ANNOTATION, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.client import Client
 from agentworkers.core.pools import Claim
-from tests.e2e.support import CONFIG, Cluster, Operator, first_revision, settled, wait_until
+from tests.e2e.support import (
+    CONFIG,
+    Cluster,
+    Operator,
+    first_revision,
+    pod_watch,
+    settled,
+    wait_until,
+)
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -178,23 +185,13 @@ def test_a_revision_change_replaces_the_warm_pods(cluster: Cluster, namespace: s
 def claims(cluster: Cluster, namespace: str) -> Iterator[list[str]]:
     """The names of pods as they are claimed, from a watch of the namespace's pods."""
     seen: list[str] = []
-    stop = threading.Event()
-    core = kubernetes.client.CoreV1Api(cluster.api)
 
-    def watch() -> None:
-        stream = kubernetes.watch.Watch()
-        for event in stream.stream(core.list_namespaced_pod, namespace, timeout_seconds=120):
-            labels = event["object"].metadata.labels or {}
-            name = event["object"].metadata.name
-            if labels.get(CLAIMED_LABEL) and name not in seen:
-                seen.append(name)
-            if stop.is_set():
-                break
+    def saw(_: str, pod: Any) -> None:
+        if (pod.metadata.labels or {}).get(CLAIMED_LABEL) and pod.metadata.name not in seen:
+            seen.append(pod.metadata.name)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    yield seen
-    stop.set()
+    with pod_watch(cluster, namespace, saw):
+        yield seen
 
 
 def test_an_operator_killed_after_a_claim_gives_no_pod_twice_and_loses_no_run(
@@ -205,7 +202,15 @@ def test_an_operator_killed_after_a_claim_gives_no_pod_twice_and_loses_no_run(
     client.spawn("w", WorkerSpec(agent="planner", initial_message="hi"))
     # SIGKILL as soon as the claim is seen: before or while its Role, its status and its
     # runtime's start follow.
-    wait_until("the claim", lambda: claims, interval=0.005)
+    try:
+        wait_until("the claim", lambda: claims, interval=0.005)
+    except AssertionError as e:
+        found = {
+            p["metadata"]["name"]: p["metadata"].get("labels")
+            for p in cluster.kubectl_json("get", "pods", "-n", namespace)["items"]
+        }
+        status = cluster.kubectl_json("get", "worker", "w", "-n", namespace).get("status")
+        raise AssertionError(f"{e}; pods: {found}; w's status: {status}") from None
     operator.crash(cluster)
     info = settled(client, "w")
     assert (info.status.phase, info.status.output) == ("Done", "warm hello")
