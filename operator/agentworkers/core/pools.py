@@ -160,31 +160,53 @@ def claim_patch(
     claim: Claim,
     frozen: RevisionRef | None,
     deadline_seconds: int | None,
-) -> dict[str, Any]:
-    """The one write that gives a warm pod to a run: only if the pod is still the version
-    the store showed (a second claimer gets a 409), it leaves the pool, names the run,
-    carries the claim and, for a top-level run, the revision it froze, and is owned by
-    the Worker alone."""
+) -> list[dict[str, Any]]:
+    """The one write that gives a warm pod to a run, as a JSON patch (RFC 6902) whose
+    `test` operations are its preconditions: the pod is the one the store showed (its uid),
+    of the revision and settings the claim chose it for, still in its agent's pool and not
+    being deleted. A second claimer, or a pool pass's delete, makes it fail (422, or 404
+    once the pod is gone), so no warm pod serves two runs; a write that changed nothing of
+    that (the kubelet's status, a finalizer) does not, as a `resourceVersion` precondition
+    would. The pod leaves the pool, names the run, carries the claim and, for a top-level
+    run, the revision it froze, and is owned by the Worker alone."""
     warm = meta(pod)
     annotations = {CLAIM_ANNOTATION: claim.model_dump_json(by_alias=True)}
     if frozen is not None:
         annotations[FROZEN_ANNOTATION] = frozen.model_dump_json(by_alias=True)
-    patch: dict[str, Any] = {
-        "metadata": {
-            "resourceVersion": warm.resource_version,
-            "labels": {
-                POOL_LABEL: None,
-                CLAIMED_LABEL: warm.labels[AGENT_LABEL],
-                WORKER_LABEL: meta(worker_body).name,
-            },
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(worker_body)],
-        }
-    }
+    agent = warm.labels[AGENT_LABEL]
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": warm.uid},
+        # The API server's JSON patch: a test of null passes only where the field is absent.
+        {"op": "test", "path": "/metadata/deletionTimestamp", "value": None},
+        *(
+            {"op": "test", "path": _label(key), "value": warm.labels[key]}
+            for key in (POOL_LABEL, REVISION_LABEL, POD_SETTINGS_LABEL)
+        ),
+        {"op": "remove", "path": _label(POOL_LABEL)},
+        {"op": "add", "path": _label(CLAIMED_LABEL), "value": agent},
+        {"op": "add", "path": _label(WORKER_LABEL), "value": meta(worker_body).name},
+        {"op": "add", "path": "/metadata/ownerReferences", "value": [owner_reference(worker_body)]},
+    ]
+    if warm.annotations:
+        ops += [
+            {"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
+            for k, v in annotations.items()
+        ]
+    else:  # a warm pod is made with none
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
     if deadline_seconds:
         # A pod may be given a deadline it did not have (never a longer one).
-        patch["spec"] = {"activeDeadlineSeconds": deadline_seconds}
-    return patch
+        ops.append({"op": "add", "path": "/spec/activeDeadlineSeconds", "value": deadline_seconds})
+    return ops
+
+
+def _escape(key: str) -> str:
+    """A map key as one JSON pointer token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _label(key: str) -> str:
+    return f"/metadata/labels/{_escape(key)}"
 
 
 def check_claim(claim: Claim, warm_revision: str, worker_body: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from agentworkers.core.objects import meta
 from agentworkers.core.owners import owned_by, owner_reference, references
 from agentworkers.core.revisions import ExistingRevision, pinned_by, revision_name
 from agentworkers.errors import ApiError
-from agentworkers.kube.api import Api
+from agentworkers.kube.api import JSON_PATCH, Api
 from agentworkers.kube.events import Recorder
 from agentworkers.kube.store import TRIM, Store
 
@@ -74,6 +74,9 @@ class Repository(Protocol):
     def pods_labelled(self, namespace: str, label: str, value: str) -> list[dict[str, Any]]: ...
     def patch_object(
         self, plural: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]: ...
+    def patch_json(
+        self, plural: str, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]: ...
     def shorten_pod_deadline(self, namespace: str, name: str, uid: str, seconds: int) -> None: ...
     def delete_worker(self, namespace: str, name: str, uid: str) -> None: ...
@@ -352,6 +355,16 @@ class Storage:
     ) -> dict[str, Any]:
         """A merge patch (a `metadata.resourceVersion` in it is a precondition: 409)."""
         found = self.api.patch(plural, namespace, name, dict(patch))
+        return self._remember(plural, found) if plural in TRIM else found
+
+    def patch_json(
+        self, plural: str, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902), applied whole or not at all: a failed `test` operation
+        (a precondition) is refused with 422 (a `test` of null: the field is absent)."""
+        found = self.api.patch(
+            plural, namespace, name, [dict(op) for op in ops], content_type=JSON_PATCH
+        )
         return self._remember(plural, found) if plural in TRIM else found
 
     # --- a worker runtime's own account ------------------------------------

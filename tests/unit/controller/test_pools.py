@@ -6,6 +6,7 @@ again, never made twice."""
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 import kopf
@@ -124,6 +125,39 @@ def test_a_pool_of_two_serves_two_runs_warm_and_the_third_cold_at_once(memory: M
     pods = {n: memory.find("workers", n)["status"]["pod"] for n in ("a", "b", "c")}
     assert pods["c"] == "c" and memory.find("pods", "c") is not None
     assert len({pods["a"], pods["b"]}) == 2 and "a" not in pods.values()
+
+
+@pytest.mark.parametrize(
+    ("since", "warm"),
+    [
+        # Written since the store's copy, but nothing a claim depends on: still claimed.
+        ({"metadata": {"finalizers": ["example.com/runner"]}}, True),
+        ({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, True),
+        # Claimed by another run, or being deleted: not claimable, so a cold start.
+        (
+            {"metadata": {"labels": {POOL_LABEL: None, CLAIMED_LABEL: "planner"}}},
+            False,
+        ),
+        ({"metadata": {"deletionTimestamp": "2026-12-03T00:00:00Z"}}, False),
+    ],
+)
+def test_a_claim_fails_only_on_what_it_depends_on(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch, since: dict[str, Any], warm: bool
+) -> None:
+    pool_pass(memory)
+    running(memory)
+    # The store's copies, from before every warm pod was written again.
+    seen = copy.deepcopy(warm_pods(memory, **{POOL_LABEL: "planner"}))
+    monkeypatch.setattr(memory, "pods_labelled", lambda *_: copy.deepcopy(seen))
+    for pod in seen:
+        memory.patch_object("pods", "ns", pod["metadata"]["name"], since)
+    memory.put("workers", worker("w"))
+    reconcile(memory, "w")
+    pod = memory.find("workers", "w")["status"]["pod"]
+    assert (pod != "w") == warm
+    # The warm pods given to a run: at most the one w claimed.
+    taken = warm_pods(memory, **{WORKER_LABEL: "w", CLAIMED_LABEL: "planner"})
+    assert [p["metadata"]["name"] for p in taken] == ([pod] if warm else [])
 
 
 def test_a_pod_not_running_yet_is_not_claimed(memory: Memory) -> None:

@@ -7,15 +7,20 @@ import datetime as dt
 import json
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from agentworkers.api import AgentConfigSpec
 from agentworkers.api.agentconfig import RevisionRef, WarmPool
 from agentworkers.api.names import (
+    AGENT_LABEL,
     BINDING_ANNOTATION,
     CLAIM_ANNOTATION,
     CLAIMED_LABEL,
+    FROZEN_ANNOTATION,
+    POD_SETTINGS_LABEL,
     POOL_LABEL,
+    REVISION_LABEL,
     WORKER_LABEL,
 )
 from agentworkers.api.worker import WorkerSpec
@@ -201,16 +206,35 @@ WORKER = {
 CLAIM = Claim(worker="w", uid="uid-w", revision=R2, effective="{}")
 
 
-def test_a_claim_moves_the_pod_to_its_run_only_at_the_version_seen() -> None:
-    labels = {POOL_LABEL: "planner", "agentworkers.io/agent": "planner"}
-    warm = {"metadata": {"resourceVersion": "41", "labels": labels}}
-    patch = pools.claim_patch(warm, WORKER, CLAIM, R2, 300)
-    meta = patch["metadata"]
-    assert meta["resourceVersion"] == "41"
-    assert meta["labels"] == {POOL_LABEL: None, CLAIMED_LABEL: "planner", WORKER_LABEL: "w"}
+def test_a_claim_moves_the_pod_to_its_run_only_while_it_is_in_the_pool() -> None:
+    labels = {
+        POOL_LABEL: "planner",
+        AGENT_LABEL: "planner",
+        REVISION_LABEL: "planner-2",
+        POD_SETTINGS_LABEL: "s" * 32,
+    }
+    warm = {"metadata": {"uid": "uid-p", "resourceVersion": "41", "labels": labels}, "spec": {}}
+    ops = pools.claim_patch(warm, WORKER, CLAIM, R2, 300)
+    # Its preconditions: the same pod, as chosen, in the pool, not being deleted. Not its
+    # version: a status or finalizer written since does not fail a claim.
+    assert [(o["path"], o["value"]) for o in ops if o["op"] == "test"] == [
+        ("/metadata/uid", "uid-p"),
+        ("/metadata/deletionTimestamp", None),
+        ("/metadata/labels/agentworkers.io~1warm-pool", "planner"),
+        ("/metadata/labels/agentworkers.io~1revision", "planner-2"),
+        (f"/metadata/labels/{POD_SETTINGS_LABEL.replace('/', '~1')}", "s" * 32),
+    ]
+    claimed = jsonpatch.apply_patch(warm, [o for o in ops if o["op"] != "test"])
+    meta = claimed["metadata"]
+    assert meta["labels"] == {
+        **{k: v for k, v in labels.items() if k != POOL_LABEL},
+        CLAIMED_LABEL: "planner",
+        WORKER_LABEL: "w",
+    }
     assert [o["uid"] for o in meta["ownerReferences"]] == ["uid-w"]
     assert Claim.model_validate_json(meta["annotations"][CLAIM_ANNOTATION]) == CLAIM
-    assert patch["spec"] == {"activeDeadlineSeconds": 300}
+    assert RevisionRef.model_validate_json(meta["annotations"][FROZEN_ANNOTATION]) == R2
+    assert claimed["spec"] == {"activeDeadlineSeconds": 300}
 
 
 def binding(revision: str, digest: str) -> str:

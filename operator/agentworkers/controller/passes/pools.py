@@ -273,10 +273,10 @@ def claim(
         deadline = deadline_seconds + age if deadline_seconds else None
         patch = pools.claim_patch(warm[candidate.name], worker_body, the_claim, frozen, deadline)
         try:
-            got = storage.patch_object("pods", namespace, candidate.name, patch)
+            got = storage.patch_json("pods", namespace, candidate.name, patch)
         except ApiError as e:
-            if e.status in (404, 409):
-                continue  # claimed by another run, or gone: the next one
+            if e.status in (404, 422):
+                continue  # claimed by another run, being deleted, or gone: the next one
             raise
         metrics.WARM_CLAIMS.inc()
         with _claimed_lock:
