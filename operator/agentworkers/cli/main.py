@@ -171,11 +171,22 @@ def _shard_index(given: int | None, shards: int) -> int:
     return int(ordinal) if ordinal.isdigit() else 0
 
 
-def _sharding_error(shards: int, index: int | None) -> str | None:
+def _operator_flags_error(args: argparse.Namespace) -> str | None:
+    """What in the operator's flags cannot go together, or None."""
+    shards, index = args.shards, args.shard_index
     if shards < 1:
         return f"--shards {shards}: at least 1"
     if index is not None and not 0 <= index < shards:
         return f"--shard-index {index} is not a shard of --shards {shards} (0..{shards - 1})"
+    if args.role == "admission":
+        if args.no_webhook:
+            return "--role=admission serves the webhook: drop --no-webhook"
+        # Leases decide who reconciles; every admission replica answers, none waits.
+        if args.leader_elect or shards > 1 or index is not None:
+            return (
+                "--role=admission: every replica is active; --leader-elect, --shards and "
+                "--shard-index are for the replicas that reconcile (--role=all or controller)"
+            )
     return None
 
 
@@ -418,13 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_usage(sys.stderr)
             sys.stderr.write("error: `operator` takes its own flags, after it\n")
             return EXIT_USAGE
-        if (wrong := _sharding_error(args.shards, args.shard_index)) is not None:
+        if (wrong := _operator_flags_error(args)) is not None:
             parser.print_usage(sys.stderr)
             sys.stderr.write(f"error: {wrong}\n")
-            return EXIT_USAGE
-        if args.role == "admission" and args.no_webhook:
-            parser.print_usage(sys.stderr)
-            sys.stderr.write("error: --role=admission serves the webhook: drop --no-webhook\n")
             return EXIT_USAGE
         return int(args.func(args))
     from agentworkers.cli.output import Output  # noqa: PLC0415

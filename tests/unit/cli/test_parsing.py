@@ -59,11 +59,21 @@ def test_the_operator_subcommand_keeps_its_flags() -> None:
     assert defaults.role == "all" and parse("operator", "--role", "admission").role == "admission"
 
 
-def test_an_admission_role_without_its_webhook_is_a_usage_error(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--no-webhook"], "--role=admission serves the webhook: drop --no-webhook"),
+        # Admission replicas are all active: a Lease flag there would do nothing.
+        (["--leader-elect"], "--role=admission: every replica is active; --leader-elect"),
+        (["--shards=2"], "--role=admission: every replica is active"),
+        (["--shard-index=0"], "--role=admission: every replica is active"),
+    ],
+)
+def test_an_admission_role_refuses_what_it_would_not_do(
+    flags: list[str], error: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli.main(["operator", "--role=admission", "--no-webhook"]) == cli.EXIT_USAGE
-    assert "--role=admission serves the webhook" in capsys.readouterr().err
+    assert cli.main(["operator", "--role=admission", *flags]) == cli.EXIT_USAGE
+    assert f"error: {error}" in capsys.readouterr().err
 
 
 def test_kopf_peering_is_gone(capsys: pytest.CaptureFixture[str]) -> None:
