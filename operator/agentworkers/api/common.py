@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,10 @@ GROUP = "agentworkers.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 # Conditions and Events carry messages a person reads; the API server caps them at 32 KiB.
+# A DNS-1123 subdomain: the names of RuntimeClasses, PriorityClasses and Secrets.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SubdomainName = Annotated[StrictStr, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)]
+
 MAX_CONDITION_MESSAGE = 1024
 
 

@@ -37,7 +37,7 @@ from agentworkers.cli.parsers import Parser, UsageError, add_globals, parsed_def
 from agentworkers.cli.verb_parsers import add_verbs
 
 if TYPE_CHECKING:
-    from agentworkers.api.agentconfig import WorkerPod
+    from agentworkers.api.workerpod import WorkerPod
     from agentworkers.cli.output import Output
     from agentworkers.client import Client
 
@@ -146,7 +146,7 @@ def _worker_defaults(path: Path | None) -> WorkerPod:
     import yaml  # noqa: PLC0415
     from pydantic import ValidationError  # noqa: PLC0415
 
-    from agentworkers.api.agentconfig import WorkerPod  # noqa: PLC0415
+    from agentworkers.api.workerpod import WorkerPod  # noqa: PLC0415
     from agentworkers.errors import describe  # noqa: PLC0415
 
     if path is None:

@@ -13,7 +13,7 @@ from agentworkers.api import (
     FrozenProfile,
     WorkerSpec,
 )
-from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, AgentConfigStatus, TreeLimits
+from agentworkers.api.agentconfig import AgentConfigStatus, TreeLimits
 from agentworkers.api.names import (
     AGENT_LABEL,
     APPLIED_BY_ANNOTATION,
@@ -21,6 +21,7 @@ from agentworkers.api.names import (
     CLAIM_ANNOTATION,
 )
 from agentworkers.api.provider import ModelProviderSpec
+from agentworkers.api.workerpod import IMAGE_DEFAULT_0_1_0
 from agentworkers.client.errors import ClientError, NotFoundError, UnknownWorkerError, translate
 from agentworkers.client.results import (
     Body,

@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
-from agentworkers.api.agentconfig import AgentConfigSpec, McpServer
+from agentworkers.api.agentconfig import AgentConfigSpec
 from agentworkers.api.common import KubeModel
+from agentworkers.api.mcp import McpServer
 from agentworkers.api.provider import Provider, ReasoningAPI
 from agentworkers.api.tracing import Tracing
 from agentworkers.api.worker import InheritedBounds, WorkerSpec

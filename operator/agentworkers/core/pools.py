@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import Field, StrictStr
 
-from agentworkers.api.agentconfig import RevisionRef, WarmPool
+from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.common import KubeModel
 from agentworkers.api.names import (
     AGENT_LABEL,
@@ -41,6 +41,7 @@ from agentworkers.api.names import (
     REVISION_LABEL,
     WORKER_LABEL,
 )
+from agentworkers.api.workerpod import WarmPool
 from agentworkers.core import clocks
 from agentworkers.core.objects import meta, phase
 from agentworkers.core.owners import owner_reference

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentworkers import __version__
-from agentworkers.api.agentconfig import McpServer
+from agentworkers.api.mcp import McpServer
 from agentworkers.api.names import mcp_tool_name
 from agentworkers.api.worker import MAX_MCP_STATUS_TOOLS, MAX_REASON_BYTES, McpServerStatus
 from agentworkers.core.pods import SECRETS_DIR

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
-from agentworkers.api.agentconfig import McpServer
+from agentworkers.api.mcp import McpServer
 from agentworkers.api.names import TOOL_NAME_PATTERN, mcp_tool_of
 from agentworkers.api.worker import MAX_INPUTS
 from agentworkers.core.effective import EffectiveConfig

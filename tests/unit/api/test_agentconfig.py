@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigSpec
-from agentworkers.api.agentconfig import IMAGE_DEFAULT_0_1_0, WorkerPod, WorkerTemplate
+from agentworkers.api.workerpod import IMAGE_DEFAULT_0_1_0, WorkerPod, WorkerTemplate
 from agentworkers.errors import describe
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

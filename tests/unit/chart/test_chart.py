@@ -847,8 +847,8 @@ def test_a_misspelt_worker_default_fails_the_install() -> None:
 
 def test_the_values_schema_of_worker_defaults_is_the_model_s() -> None:
     """values.schema.json's workerDefaults is generated from agentworkers' WorkerPod."""
-    from agentworkers.api.agentconfig import WorkerPod  # noqa: PLC0415
     from agentworkers.api.crdgen import openapi_schema, strict_json_schema  # noqa: PLC0415
+    from agentworkers.api.workerpod import WorkerPod  # noqa: PLC0415
 
     shipped = json.loads((CHART / "values.schema.json").read_text())["properties"]
     expected = strict_json_schema(openapi_schema(WorkerPod))

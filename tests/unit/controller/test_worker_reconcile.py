@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION
+from agentworkers.api.workerpod import WorkerPod
 from agentworkers.controller.passes import configs, workers
 from agentworkers.core.inputs import encode
 from agentworkers.core.pods import DEFAULT_IMAGE

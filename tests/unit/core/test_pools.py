@@ -11,7 +11,7 @@ import jsonpatch
 import pytest
 
 from agentworkers.api import AgentConfigSpec
-from agentworkers.api.agentconfig import RevisionRef, WarmPool
+from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import (
     AGENT_LABEL,
     BINDING_ANNOTATION,
@@ -24,6 +24,7 @@ from agentworkers.api.names import (
     WORKER_LABEL,
 )
 from agentworkers.api.worker import WorkerSpec
+from agentworkers.api.workerpod import WarmPool
 from agentworkers.core import pools
 from agentworkers.core.effective import resolve
 from agentworkers.core.pods import build_pod

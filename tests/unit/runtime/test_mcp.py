@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentworkers.api.agentconfig import McpServer
+from agentworkers.api.mcp import McpServer
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.mcp import CONNECTED, UNAVAILABLE, Connection, McpServers, secret_headers
 from agentworkers.runtime.tools import Toolbox, ToolError

@@ -9,7 +9,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from agentworkers.api.agentconfig import BUILTIN_TOOLS, AgentConfigSpec, McpServer
+from agentworkers.api.agentconfig import BUILTIN_TOOLS, AgentConfigSpec
+from agentworkers.api.mcp import McpServer
 from agentworkers.core.effective import EffectiveConfig
 from agentworkers.runtime.tools import (
     MAX_READ_BYTES,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentworkers.api.agentconfig import WorkerPod
+from agentworkers.api.workerpod import WorkerPod
 from agentworkers.controller.admission.admission_server import Check, ThreadedWebhookServer
 from agentworkers.controller.admission.tls import self_signed
 from agentworkers.core.revisions import DEFAULT_SETTLE_SECONDS

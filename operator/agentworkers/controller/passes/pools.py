@@ -27,10 +27,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigSpec, AgentConfigStatus
-from agentworkers.api.agentconfig import RevisionRef, WorkerPod
+from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import AGENT_LABEL, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import WorkerSpec
+from agentworkers.api.workerpod import WorkerPod
 from agentworkers.controller.infra import metrics
 from agentworkers.controller.passes import identities
 from agentworkers.controller.passes.requeue import Later

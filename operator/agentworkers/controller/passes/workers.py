@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agentworkers.api import reasons
-from agentworkers.api.agentconfig import WorkerPod
 from agentworkers.api.names import BINDING_ANNOTATION, COLLECTED_ANNOTATION
 from agentworkers.api.worker import TERMINAL_PHASES
+from agentworkers.api.workerpod import WorkerPod
 from agentworkers.controller.infra import metrics, tracing
 from agentworkers.controller.passes import identities, lineage, pools, quotas
 from agentworkers.core import clocks

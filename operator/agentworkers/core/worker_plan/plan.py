@@ -11,13 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentworkers.api import AgentConfigRevisionSpec, AgentConfigSpec, reasons
-from agentworkers.api.agentconfig import RevisionRef, TreeLimits, WorkerPod
+from agentworkers.api.agentconfig import RevisionRef, TreeLimits
 from agentworkers.api.quota import TokenQuotaSpec
 from agentworkers.api.worker import (
     RUNTIME_STATUS,
     WorkerSpec,
     WorkerStatus,
 )
+from agentworkers.api.workerpod import WorkerPod
 from agentworkers.core import clocks
 from agentworkers.core.conditions import Status, abnormal_conditions, set_condition
 from agentworkers.core.effective import EffectiveConfig
