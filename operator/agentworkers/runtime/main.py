@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 from agentworkers import kube
 from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus, reasons
 from agentworkers.api.names import BINDING_ANNOTATION
-from agentworkers.api.worker import WorkerEvent
 from agentworkers.client import Client
 from agentworkers.core.clocks import now
 from agentworkers.core.effective import EffectiveConfig
@@ -47,145 +46,22 @@ from agentworkers.kube.repository import Storage
 from agentworkers.kube.watch import observe
 from agentworkers.runtime.claims import wait_for_claim
 from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
-from agentworkers.runtime.inputs import read as read_inputs
 from agentworkers.runtime.inputs import take as take_inputs
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
 from agentworkers.runtime.providers import client_for, preload
+from agentworkers.runtime.reporter import Reporter
 from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
 from agentworkers.runtime.tracing import RunSpans
 from agentworkers.runtime.tracing import start as start_spans
+from agentworkers.runtime.worker_ops import KubeWorkerOps, once_granted
 
 log = logging.getLogger("agentworkers.runtime")
 T = TypeVar("T")
 
 PHASES = {RUNNING: "Running", IDLE: "Idle", DONE: "Done", FAILED: "Failed"}
-RING = 50
-REPORT_EVERY = 0.5  # seconds: events are batched into one status write
 WATCH_SECONDS = 300  # a long watch: the run's own reports end each quiet spell anyway
-
-
-class Reporter:
-    """Writes the runtime's part of the Worker status, batching events, never blocking the loop."""
-
-    def __init__(self, storage: Storage, namespace: str, name: str, bus: EventBus) -> None:
-        self.storage, self.namespace, self.name, self.bus = storage, namespace, name, bus
-        self.pending: dict[str, Any] = {}
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.stopped = threading.Event()
-        self.sent_index = 0
-        self.on_report: Callable[[dict[str, Any]], None] = lambda _: None  # the run span's
-        self.thread = threading.Thread(target=self._run, name="status-reporter", daemon=True)
-        self.thread.start()
-
-    def report(self, **fields: Any) -> None:
-        self.on_report(fields)
-        with self.lock:
-            self.pending.update(fields)
-        self.wake.set()
-
-    def _run(self) -> None:
-        while not self.stopped.is_set():
-            self.wake.wait(REPORT_EVERY)
-            self.wake.clear()
-            self.flush()
-
-    def flush(self) -> None:
-        with self.lock:
-            fields, self.pending = self.pending, {}
-        if self.bus.last_index > self.sent_index:
-            events = self.bus.recent(0, RING)
-            fields["recentEvents"] = [
-                WorkerEvent(
-                    index=e.index, kind=e.kind.value, time=e.time, summary=e.summary()
-                ).wire()
-                for e in events
-            ]
-            fields["eventIndex"] = self.bus.last_index
-            fields.setdefault("lastEvent", events[-1].summary()[:200])
-            self.sent_index = self.bus.last_index
-        if not fields:
-            return
-        fields["updatedAt"] = now()
-        try:
-            self.storage.patch_status("workers", self.namespace, self.name, fields)
-        except ApiError as e:
-            log.warning("could not report status (%s); retrying with the next report", e)
-            with self.lock:
-                self.pending = {**fields, **self.pending}
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.wake.set()
-        self.thread.join(5)
-        self.flush()
-
-
-GRANT_WAIT = 15.0  # seconds: the operator grants access right after the pod or a child's binding
-
-
-def _once_granted(call: Callable[[], T], pause: float = 0.2) -> T:
-    """Retry a call refused with 403 for a short while: the runtime's access arrives just
-    after its pod is made (a warm pod's just after its claim), a child's once the operator
-    has bound it (within moments)."""
-    deadline = time.monotonic() + GRANT_WAIT
-    while True:
-        try:
-            return call()
-        except ApiError as e:
-            if e.status != 403 or time.monotonic() > deadline:
-                raise
-            time.sleep(pause)
-
-
-class KubeWorkerOps:
-    """The planner tools' view of the cluster: children of this worker, of its agent."""
-
-    def __init__(
-        self, client: Client, me: str, agent: str, sandbox: Sandbox, spans: RunSpans
-    ) -> None:
-        self.client, self.me, self.agent, self.sandbox = client, me, agent, sandbox
-        self.spans = spans
-
-    def spawn(
-        self, name: str, message: str, profile: str | None, inputs: list[str], description: str
-    ) -> dict[str, Any]:
-        spec = WorkerSpec(
-            agent=self.agent,
-            parent=self.me,
-            description=description,
-            profile=profile,
-            initial_message=message,
-            inputs=read_inputs(self.sandbox, inputs),
-            # The spawn_worker span this runs in: the child's run goes below it.
-            traceparent=self.spans.traceparent(),
-        )
-        created = self.client.spawn(name, spec)
-        return {
-            "name": created.name,
-            "profile": profile,
-            "inputs": [i.name for i in spec.inputs],
-        }
-
-    def inspect(self, name: str, since: int) -> dict[str, Any]:
-        info = _once_granted(lambda: self.client.get(name))
-        events = [e.wire() for e in info.status.recent_events if e.index > since]
-        return {
-            "name": name,
-            "phase": info.status.phase,
-            "lastEvent": info.status.last_event,
-            "events": events,
-        }
-
-    def collect(self, name: str, timeout: float) -> dict[str, Any]:
-        result = _once_granted(lambda: self.client.collect(name, timeout))
-        return {"name": name, "phase": result.phase, "output": result.output, "error": result.error}
-
-    def kill(self, name: str, reason: str) -> dict[str, Any]:
-        _once_granted(lambda: self.client.kill(name, reason, by=self.me))
-        return {"name": name, "killed": True}
 
 
 def _api_key(config: EffectiveConfig) -> str | None:
@@ -267,7 +143,7 @@ def run(
     storage = Storage(api)
     # The operator grants the runtime its Role right after creating the pod (claiming it).
     pause = 0.005 if claim is not None else 0.2
-    body = _once_granted(lambda: storage.get("workers", namespace, name), pause)
+    body = once_granted(lambda: storage.get("workers", namespace, name), pause)
     if body is None:
         log.error("worker %s/%s not found", namespace, name)
         return 1
