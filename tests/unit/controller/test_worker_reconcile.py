@@ -21,7 +21,7 @@ from agentworkers.api.workerpod import WorkerPod
 from agentworkers.controller.passes import configs, workers
 from agentworkers.core.inputs import encode
 from agentworkers.core.pods import DEFAULT_IMAGE
-from agentworkers.core.worker_plan.decision import RUNTIME_REPORT_SECONDS
+from agentworkers.core.worker_plan.running import RUNTIME_REPORT_SECONDS
 from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
 

@@ -12,6 +12,7 @@ everything the status will name exists before the status is written (`Plan.befor
 writes that must not happen unless the status landed come after it (`Plan.after`).
 
 The package's modules: `plan` (the context, the plan and the writes it asks for; the
-status as written), `decision` (`decide`, `started`: a live run's pass) and `ends`
-(a run that stops or ended: `stop`, kills, the tree's sums and TTL).
+status as written), `decision` (`decide`, `started`: a live run's pass, up to its pod),
+`running` (a started run followed through its pod: its queue, phase and idle clock) and
+`ends` (a run that stops or ended: `stop`, kills, the tree's sums and TTL).
 """

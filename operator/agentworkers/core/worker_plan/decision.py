@@ -3,9 +3,7 @@ a plan whose run's pod was just started."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -29,11 +27,10 @@ from agentworkers.core.access import access_objects, account_name, role_rules
 from agentworkers.core.checks import check_kind, check_reasoning_api, check_secrets
 from agentworkers.core.effective import EffectiveConfig, inherit, resolve
 from agentworkers.core.inputs import check_bounds as check_inputs
-from agentworkers.core.objects import meta, phase, pod_status
+from agentworkers.core.objects import meta, phase
 from agentworkers.core.owners import owned_by, owner_reference, references
-from agentworkers.core.pods import build_pod, failure, pod_name, running_since
+from agentworkers.core.pods import build_pod, pod_name
 from agentworkers.core.pools import claimed_account
-from agentworkers.core.queueing import standing
 from agentworkers.core.quota import check_spawn as check_quota
 from agentworkers.core.quota import in_scope
 from agentworkers.core.spawning import (
@@ -62,23 +59,17 @@ from agentworkers.core.worker_plan.plan import (
     Bind,
     Body,
     Context,
-    DeletePod,
     Grant,
     Plan,
-    ShortenDeadline,
     Start,
     Waiting,
-    condition_of,
     fail,
     read,
     read_status,
 )
+from agentworkers.core.worker_plan.running import follow, idle_clock, lost, mcp_servers, queued
 from agentworkers.errors import REFUSALS, RunFailedError, describe
 from agentworkers.virtualagent import Binding, Profile
-
-# Seconds a started container's runtime has to report Running itself before the pod's
-# phase stands in for it: one status write per run fewer, when the runtime is alive.
-RUNTIME_REPORT_SECONDS = 3.0
 
 
 def decide(ctx: Context) -> Plan:
@@ -106,7 +97,7 @@ def _decide(ctx: Context, plan: Plan) -> None:
     """The steps of docs/architecture.md's picture, in order; a refusal ends the run."""
     if not plan.spec.parent:
         sum_tree(ctx, plan)
-    _mcp_servers(plan)
+    mcp_servers(plan)
     if plan.status.phase in TERMINAL_PHASES:
         ended(ctx, plan)
         return
@@ -136,7 +127,7 @@ def _decide(ctx: Context, plan: Plan) -> None:
     if _suspended(plan):
         return
     if ctx.pod is None and plan.status.pod:
-        _lost(plan)
+        lost(plan)
     if ctx.pod is None:
         _start(ctx, plan, config, active, parent)
         return
@@ -167,11 +158,11 @@ def _with_pod(ctx: Context, plan: Plan, config: AgentConfigSpec, pod: Body) -> N
         # pod: a pass that finds a pod its Worker does not record yet makes them again.
         objects = _access(ctx, plan, config, pod)[1:]
         plan.before.append(Access(objects, _grant(ctx.body, ctx.children)))
-    if _queued(ctx, plan, pod):
+    if queued(ctx, plan, pod):
         return
-    _follow(plan, pod)
+    follow(plan, pod)
     if plan.status.phase == "Idle":
-        _idle_clock(plan, pod, config)
+        idle_clock(plan, pod, config)
 
 
 def _config(ctx: Context, plan: Plan) -> tuple[AgentConfigSpec, RevisionRef]:
@@ -386,161 +377,3 @@ def _bounded(
 
 
 # --- with its pod -------------------------------------------------------------------------------
-
-
-def _lost(plan: Plan) -> None:
-    """The run's pod is gone before the run ended: it failed (PodLost), or, when a pass
-    deleted it at the deadline of the queued run and went no further, it ran out of time."""
-    queued = condition_of(plan, reasons.QUEUED)
-    if queued is not None and queued.reason == reasons.DEADLINE_EXCEEDED:
-        raise RunFailedError(queued.message, reason=reasons.DEADLINE_EXCEEDED)
-    if queued is not None and queued.status == "True":
-        left = plan.left(plan.status.deadline_at, 0)
-        if left is not None and left <= 0:  # deleted at its deadline, before the write
-            raise RunFailedError(_deadline_message(plan), reason=reasons.DEADLINE_EXCEEDED)
-    raise RunFailedError(
-        f"pod {plan.status.pod} was deleted before the run ended", reason=reasons.POD_LOST
-    )
-
-
-def _deadline_message(plan: Plan, queue: str | None = None) -> str:
-    return (
-        f"the run's deadline ({plan.status.deadline_at}) passed while it waited in "
-        f"LocalQueue {queue or plan.status.queue}: its pod is deleted and its place in the "
-        "queue freed"
-    )
-
-
-def _queued(ctx: Context, plan: Plan, pod: Body) -> bool:
-    """A run whose pod names a Kueue LocalQueue: while Kueue holds the pod back, the run is
-    Pending with Queued=True and Kueue's reason, until Kueue admits it (Queued=False, one
-    Event) or its deadline passes (Failed, its pod and its place in the queue freed). True
-    while it waits."""
-    before = condition_of(plan, reasons.QUEUED)
-    if before is not None and before.status == "False":
-        return False  # admitted, or never gated: the rest is the pod's
-    name = meta(pod).name
-    workload = ctx.workload if pod is ctx.pod else None
-    found = standing(pod, workload, before is not None)
-    if found is None:
-        return False
-    if plan.status.queue != found.queue:
-        plan.update(queue=found.queue)
-    if not found.waiting:
-        plan.condition(reasons.QUEUED, "False", found.reason, found.message)
-        if before is not None:  # it waited: its run starts now
-            left = plan.left(plan.status.deadline_at, 0)
-            if left is not None:
-                # Its deadline counts from its spawn, its pod's from the pod's start: what
-                # is left of it, not all of it again.
-                seconds = max(1, math.ceil(left))
-                plan.before.append(ShortenDeadline(name, meta(pod).uid, seconds))
-            plan.update(started_at=clocks.stamp(plan.now), last_event=found.message)
-            plan.announce("Normal", found.reason, found.message)
-        return False
-    left = plan.left(plan.status.deadline_at, 0)
-    if left is not None and left <= 0:
-        # The pod first (this pass's status says why); a pass that finds it gone after a
-        # crash here knows why too (`_lost`).
-        plan.before.append(DeletePod(name, meta(pod).uid))
-        message = _deadline_message(plan, found.queue)
-        plan.condition(reasons.QUEUED, "False", reasons.DEADLINE_EXCEEDED, message)
-        raise RunFailedError(message, reason=reasons.DEADLINE_EXCEEDED)
-    if left is not None:
-        plan.again(left)
-    changes = {"phase": "Pending", "pod": name, "last_event": found.message}
-    if any(getattr(plan.status, k) != v for k, v in changes.items()):
-        plan.update(**changes)
-    plan.condition(reasons.QUEUED, "True", found.reason, found.message)
-    plan.condition(reasons.STARTED, "False", found.reason, found.message)
-    plan.condition(reasons.READY, "False", found.reason, found.message)
-    return True
-
-
-def _follow(plan: Plan, pod: Body) -> None:
-    """Worker status from its pod: what kubectl get workers shows between runtime reports."""
-    of = meta(pod)
-    annotations = of.annotations
-    changes: dict[str, Any] = {"pod": of.name}
-    if plan.status.frozen_revision is None and FROZEN_ANNOTATION in annotations:
-        frozen = RevisionRef.model_validate_json(annotations[FROZEN_ANNOTATION])
-        changes.update(frozen_revision=frozen, revision=frozen.name)
-    # A warm pod was made, and its container started, before its run: the run started,
-    # and its runtime's clock to report Running runs, from its claim.
-    claimed = claimed_account(pod) is not None
-    if plan.status.started_at is None:
-        changes["started_at"] = (not claimed and of.creation_timestamp) or clocks.stamp(plan.now)
-    phase = pod_status(pod).phase
-    if phase == "Failed":
-        reason, message = failure(pod)
-        raise RunFailedError(message, reason=reason or reasons.POD_FAILED)
-    started_at = (
-        (changes.get("started_at") or plan.status.started_at) if claimed else running_since(pod)
-    )
-    if phase == "Succeeded" and plan.status.phase != "Done":
-        changes.update(phase="Done", last_event="pod succeeded")
-    elif (
-        phase == "Running" and plan.status.phase in (None, "Pending") and _silent(plan, started_at)
-    ):
-        changes.update(phase="Running", last_event="pod running")
-    elif plan.status.phase is None:
-        changes.update(phase="Pending", last_event="pod created")
-    if any(getattr(plan.status, k) != v for k, v in changes.items()):
-        plan.update(**changes)
-    plan.condition(reasons.STARTED, "True", reasons.POD_CREATED, f"pod {of.name}")
-    plan.condition(reasons.READY, "True", reasons.RUNNING, "the run has its pod")
-
-
-def _silent(plan: Plan, started_at: str | None) -> bool:
-    """Whether the runtime of a running pod (its run begun at `started_at`) is late to
-    report Running itself; while it is not, a pass is asked for when it would be."""
-    if started_at is None:
-        return True
-    left = plan.left(started_at, RUNTIME_REPORT_SECONDS)
-    if left is None or left <= 0:
-        return True
-    plan.again(left)
-    return False
-
-
-def _idle_clock(plan: Plan, pod: Body, config: AgentConfigSpec) -> None:
-    """An interactive run Idle past its idle timeout ends Done and frees its pod; until
-    then, a pass when it would."""
-    timeout = plan.spec.idle_timeout_seconds or config.worker.idle_timeout_seconds
-    left = plan.left(plan.status.idle_since, timeout)
-    if left is None:
-        return
-    if left > 0:
-        plan.again(left)
-        return
-    message = f"Idle for {timeout} s (idleTimeoutSeconds): the run is Done and its pod freed"
-    plan.update(phase="Done", last_event=message)
-    plan.condition(reasons.READY, "False", reasons.IDLE_TIMEOUT, message)
-    # After the status: a query the runtime took meanwhile makes that write a conflict,
-    # and the run goes on with its pod.
-    plan.after.append(DeletePod(meta(pod).name, meta(pod).uid))
-    plan.announce("Normal", reasons.IDLE_TIMEOUT, message)
-
-
-def _mcp_servers(plan: Plan) -> None:
-    """What the runtime reported of its MCP servers: McpServersReady, and one Warning
-    Event naming those it could not reach, when that changes (the runtime itself may not
-    post Events)."""
-    found = plan.status.mcp_servers
-    if not found:
-        return
-    down = [s for s in found if s.state != "Connected"]
-    if not down:
-        message = f"{len(found)} MCP server(s) connected"
-        plan.condition(reasons.MCP_SERVERS_READY, "True", reasons.MCP_SERVERS_CONNECTED, message)
-        return
-    before = condition_of(plan, reasons.MCP_SERVERS_READY)
-    message = "; ".join(
-        f"MCP server {s.name} ({s.url}){' (required)' if s.required else ''} is unavailable: "
-        f"{s.message}"
-        for s in down
-    )
-    plan.condition(reasons.MCP_SERVERS_READY, "False", reasons.MCP_SERVER_UNAVAILABLE, message)
-    after = condition_of(plan, reasons.MCP_SERVERS_READY)
-    if before is None or (before.status, before.message) != (after.status, after.message):
-        plan.announce("Warning", reasons.MCP_SERVER_UNAVAILABLE, after.message)
