@@ -209,6 +209,23 @@ def own_writes(lines: list[str]) -> Counter[str]:
     return counts
 
 
+WARM = re.compile(
+    r"^agentworkers_warm_(?P<what>claims|misses)_total(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$"
+)
+
+
+def warm_starts(lines: list[str]) -> Counter[str]:
+    """Runs of a pooled agent by how they started: `claimed`, or cold with the miss's
+    reason (agentworkers_warm_claims_total, agentworkers_warm_misses_total)."""
+    counts: Counter[str] = Counter()
+    for line in lines:
+        if match := WARM.match(line):
+            reason = _labels(match["labels"] or "").get("reason", "")
+            key = "claimed" if match["what"] == "claims" else f"cold ({reason})"
+            counts[key] += int(float(match["value"]))
+    return counts
+
+
 def pooled_config(size: int) -> dict[str, Any]:
     """The bench's agent with `size` pooled identities (docs/scaling.md, "Pooled
     identities")."""
@@ -826,28 +843,22 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
                     f"idle (started, waiting) {idle_at:.0f} s after"
                 )
             path = WORKERS.format(namespace=namespace)
-            before = own_writes(bench.controller.metrics().splitlines())
+            metrics = bench.controller.metrics().splitlines()
+            before, started_before = own_writes(metrics), warm_starts(metrics)
             with FirstSeen(bench.cluster.api, path, runtime_running) as seen:
                 due = _open_loop(bench, path, worker, runs, rate)
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline and len(seen.seen) < runs:
                     time.sleep(0.2)
-            writes = own_writes(bench.controller.metrics().splitlines()) - before
+            metrics = bench.controller.metrics().splitlines()
+            writes = own_writes(metrics) - before
+            if label == "rt-warm":
+                started = warm_starts(metrics) - started_before
+                note += "; " + ", ".join(f"{k} {v}" for k, v in sorted(started.items()))
             latencies = [seen.seen[n] - at for n, at in due.items() if n in seen.seen]
             results.append(RuntimePhase(label, latencies, runs, note, writes))
             bench.drop(label)
-    with controller_manager(5000):
-        namespace = bench.namespace("job-rt")
-        pods_path = f"/api/v1/namespaces/{namespace}/pods"
-        with FirstSeen(bench.cluster.api, pods_path, pod_running) as seen:
-            due = _open_loop(bench, JOBS.format(namespace=namespace), job, runs, rate)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and len(seen.seen) < runs:
-                time.sleep(0.2)
-        by_job = {pod.rsplit("-", 1)[0]: at for pod, at in seen.seen.items()}
-        latencies = [by_job[n] - at for n, at in due.items() if n in by_job]
-        results.append(RuntimePhase("job-rt", latencies, runs))
-        bench.drop("job-rt")
+    results.append(_jobs_to_running(bench, runs, rate))
     for r in results:
         lat = r.latencies
         print(
@@ -862,6 +873,22 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
                 f"   the operator's own writes per Worker {r.writes.total() / r.count:.2f}: {mine}"
             )
     return results
+
+
+def _jobs_to_running(bench: Bench, runs: int, rate: float) -> RuntimePhase:
+    """Jobs' create -> pod Running, the Job controller unthrottled."""
+    with controller_manager(5000):
+        namespace = bench.namespace("job-rt")
+        pods_path = f"/api/v1/namespaces/{namespace}/pods"
+        with FirstSeen(bench.cluster.api, pods_path, pod_running) as seen:
+            due = _open_loop(bench, JOBS.format(namespace=namespace), job, runs, rate)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(seen.seen) < runs:
+                time.sleep(0.2)
+        by_job = {pod.rsplit("-", 1)[0]: at for pod, at in seen.seen.items()}
+        latencies = [by_job[n] - at for n, at in due.items() if n in by_job]
+        bench.drop("job-rt")
+    return RuntimePhase("job-rt", latencies, runs)
 
 
 def _warm_idle(namespace: str, count: int, timeout: float = 180) -> float:

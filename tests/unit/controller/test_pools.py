@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from typing import Any
 
 import kopf
@@ -15,6 +16,7 @@ import pytest
 from agentworkers.api.names import CLAIM_ANNOTATION, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.controller.passes import configs, pools, workers
 from agentworkers.core.pools import Claim
+from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
 from tests.unit.controller.test_worker_reconcile import CONFIG, PROFILES, worker
 
@@ -158,6 +160,42 @@ def test_a_claim_fails_only_on_what_it_depends_on(
     # The warm pods given to a run: at most the one w claimed.
     taken = warm_pods(memory, **{WORKER_LABEL: "w", CLAIMED_LABEL: "planner"})
     assert [p["metadata"]["name"] for p in taken] == ([pod] if warm else [])
+
+
+def test_passes_claiming_at_once_do_not_try_the_same_pod(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst's passes run at once on one store: each tried the same oldest pods, and all
+    but one lost every try and started cold (10 of 25 at 25/s in the bench)."""
+    pool_pass(memory)
+    running(memory)
+    for name in ("a", "b"):
+        memory.put("workers", worker(name))
+    patch_json = memory.patch_json
+    tried: list[tuple[str, str]] = []
+
+    def claim(plural: str, namespace: str, name: str, ops: Any) -> dict[str, Any]:
+        first = not tried
+        try:
+            if first:  # b's pass runs while a's claim is on its way
+                tried.append((name, "a"))
+                b = threading.Thread(target=reconcile, args=(memory, "b"))
+                b.start()
+                b.join(10)
+                assert not b.is_alive()
+            else:
+                tried.append((name, "b"))
+            return patch_json(plural, namespace, name, ops)
+        except ApiError as e:
+            tried.append((name, f"refused {e.status}"))
+            raise
+
+    monkeypatch.setattr(memory, "patch_json", claim)
+    reconcile(memory, "a")
+    pods = {n: memory.find("workers", n)["status"]["pod"] for n in ("a", "b")}
+    assert "a" not in pods.values() and "b" not in pods.values()  # both warm
+    assert len(set(pods.values())) == 2
+    assert [who for _, who in tried] == ["a", "b"]  # one try each, none refused
 
 
 def test_a_pod_not_running_yet_is_not_claimed(memory: Memory) -> None:

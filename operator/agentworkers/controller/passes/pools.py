@@ -198,6 +198,11 @@ _claimed_lock = threading.Lock()
 # since when its pass has been waiting to refill it (`core.pools.refill_wait`).
 _last_claim: dict[tuple[str, str], float] = {}
 _short_since: dict[tuple[str, str], float] = {}
+# Warm pods (namespace, name) a pass of this process is claiming right now: the passes of
+# a burst run at once on one store, and each would try the same oldest pods, all but one
+# losing every try and starting cold. The API's preconditions still settle a race with
+# another process.
+_claiming: set[tuple[str, str]] = set()
 CLAIMS_REMEMBERED = 10_000
 
 
@@ -268,7 +273,13 @@ def claim(
         effective=effective.model_dump_json(by_alias=True),
     )
     now = dt.datetime.now(dt.UTC)
-    for candidate in candidates[:CLAIM_TRIES]:
+    tries = 0
+    for candidate in candidates:
+        key = (namespace, candidate.name)
+        with _claimed_lock:
+            if key in _claiming:
+                continue  # another pass of this process is taking it
+            _claiming.add(key)
         # activeDeadlineSeconds counts from the pod's start, which was before the claim.
         age = math.ceil((now - candidate.created).total_seconds())
         deadline = deadline_seconds + age if deadline_seconds else None
@@ -276,16 +287,26 @@ def claim(
         try:
             got = storage.patch_json("pods", namespace, candidate.name, patch)
         except ApiError as e:
-            if e.status in (404, 422):
-                continue  # claimed by another run, being deleted, or gone: the next one
-            raise
+            if e.status not in (404, 422):
+                raise
+            # Claimed by another process's run, being deleted, or gone: the next one.
+            log.debug("claim of pod %s/%s refused: %s", namespace, candidate.name, e)
+            tries += 1
+            if tries == CLAIM_TRIES:
+                break
+            continue
+        finally:
+            # The store has the claimed pod by now (the patch's answer): not claimable.
+            with _claimed_lock:
+                _claiming.discard(key)
         metrics.WARM_CLAIMS.inc()
         with _claimed_lock:
             _claimed_at[run.uid] = _last_claim[(namespace, agent)] = time.monotonic()
             while len(_claimed_at) > CLAIMS_REMEMBERED:
                 _claimed_at.popitem(last=False)
         return got
-    metrics.WARM_MISSES.labels(reason="lost").inc()
+    # Every ready pod taken by the passes before it: as good as none ready.
+    metrics.WARM_MISSES.labels(reason="lost" if tries else "none-ready").inc()
     return None
 
 
