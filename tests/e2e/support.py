@@ -138,12 +138,17 @@ def wait_until(
 
 
 def settled(client: Any, name: str, timeout: float = 60) -> Any:
-    """The Worker `name` once it has ended, Done or Failed (its WorkerInfo)."""
-    return wait_until(
-        f"{name} to end",
-        lambda: (i := client.get(name)).status.phase in ("Done", "Failed") and i,
-        timeout=timeout,
-    )
+    """The Worker `name` once it has ended, Done or Failed, and the operator has said so
+    (Ready False): a runtime reports its end itself, at times before any pass of the
+    operator recorded its pod (a warm run, an operator restarting)."""
+
+    def ended() -> Any:
+        info = client.get(name)
+        ready = next((c for c in info.status.conditions if c.type == "Ready"), None)
+        done = info.status.phase in ("Done", "Failed") and ready and ready.status == "False"
+        return done and info
+
+    return wait_until(f"{name} to end", ended, timeout=timeout)
 
 
 def built(script: str) -> Path:
