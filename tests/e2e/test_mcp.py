@@ -14,7 +14,7 @@ import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client
-from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, settled, wait_until
 from tests.mcp_servers import fixture_server, free_port, serving, time_server
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
@@ -70,6 +70,12 @@ def _search(url: str, **more: Any) -> dict[str, Any]:
 
 
 def _settled(client: Client, name: str, phase: str, timeout: float = 90) -> Any:
+    """The Worker once it is `phase`; an ended run once the operator has said so too (its
+    Ready condition), which comes after the runtime's own report."""
+    if phase in ("Done", "Failed"):
+        info = settled(client, name, timeout)
+        assert info.status.phase == phase, info.status
+        return info
     return wait_until(
         f"{name} to be {phase}",
         lambda: (info := client.get(name)).status.phase == phase and info,
