@@ -295,6 +295,31 @@ ROWS = {
         before=(StopBelow,),
         events=("Killed",),
     ),
+    "its pod removed by a cascade its parent is not yet written Killed by: Killed, not PodLost": Row(
+        ctx(
+            worker(status=RUNNING, parent="p"),
+            parent=worker("p", status=RUNNING, parent="root"),
+            chain=(
+                worker(status=RUNNING, parent="p"),
+                worker("p", status=RUNNING, parent="root"),
+                worker("root", status=RUNNING, kill={"reason": "enough", "by": "alice"}),
+            ),
+        ),
+        {
+            **RUNNING,
+            "observedGeneration": 1,
+            "phase": "Killed",
+            "error": "parent killed: enough",
+            "lastEvent": "killed by p: parent killed: enough",
+            "conditions": [
+                RUNNING["conditions"][0],
+                condition("Killed", "True", "Killed", "killed by p: parent killed: enough"),
+                *ready("False", "Killed", "killed by p: parent killed: enough", "Killed", ago(30)),
+            ],
+        },
+        before=(StopBelow,),
+        events=("Killed",),
+    ),
     "its tree spent its budget: it stops, and the runs below stop themselves": Row(
         ctx(
             worker(status=RUNNING, parent="root"),

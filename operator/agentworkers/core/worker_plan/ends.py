@@ -135,23 +135,25 @@ def _from_parent(reason: str) -> str:
 
 
 def parent_killed(ctx: Context, plan: Plan) -> bool:
-    """A run whose parent is killed, or asked to be, stops too: a child spawned while its
-    parent was being killed, a child whose pod the cascade already removed, a cascade that
-    a restart or an API error cut short. True when it did."""
-    parent = ctx.parent or {}
-    status = parent.get("status") or {}
-    asked = (parent.get("spec") or {}).get("kill") or {}
-    if phase(parent) == "Killed":
-        cause = status.get("error") or "killed"
-    elif asked:
-        cause = asked.get("reason") or "killed"
-    else:
-        return False
-    cause = _from_parent(cause)
-    stop_run(plan, ctx.pod, cause, plan.spec.parent)
-    plan.counts.append(("kill", "parent"))
-    stop_below(plan, cause)
-    return True
+    """A run below a killed run, or one asked to be, stops too: a child spawned while its
+    parent was being killed, a run whose pod a cascade from above removed before its parent
+    was written Killed (its own pass must not call that PodLost), a cascade that a restart
+    or an API error cut short. The nearest such run above gives the reason. True when it
+    stopped."""
+    for above in ctx.chain[1:] or ([ctx.parent] if ctx.parent else []):
+        asked = (above.get("spec") or {}).get("kill") or {}
+        if phase(above) == "Killed":
+            cause = (above.get("status") or {}).get("error") or "killed"
+        elif asked:
+            cause = asked.get("reason") or "killed"
+        else:
+            continue
+        cause = _from_parent(cause)
+        stop_run(plan, ctx.pod, cause, plan.spec.parent)
+        plan.counts.append(("kill", "parent"))
+        stop_below(plan, cause)
+        return True
+    return False
 
 
 def tree_spent(ctx: Context, plan: Plan) -> bool:
