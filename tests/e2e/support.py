@@ -151,6 +151,20 @@ def settled(client: Any, name: str, timeout: float = 60) -> Any:
     return wait_until(f"{name} to end", ended, timeout=timeout)
 
 
+def reached(client: Any, name: str, phase: str, timeout: float = 90) -> Any:
+    """The Worker `name` once it is `phase`; an ended run (Done, Failed) once the operator
+    has said so too (`settled`), and failing at once if it ended otherwise."""
+    if phase in ("Done", "Failed"):
+        info = settled(client, name, timeout)
+        assert info.status.phase == phase, info.status
+        return info
+    return wait_until(
+        f"{name} to be {phase}",
+        lambda: (info := client.get(name)).status.phase == phase and info,
+        timeout=timeout,
+    )
+
+
 def built(script: str) -> Path:
     """The bin directory a hack/build-*.sh script prints last (its cached build; a cold one
     takes minutes: `make tools` does them all up front)."""

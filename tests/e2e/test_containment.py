@@ -30,6 +30,7 @@ from tests.e2e.support import (
     Cluster,
     first_revision,
     pod_runner,
+    reached,
     wait_until,
 )
 
@@ -332,11 +333,7 @@ def test_a_run_s_own_commands_fail_where_the_pod_says_and_the_run_goes_on(
             "agent",
             WorkerSpec(agent="planner", initial_message="go", script=[*script, {"reply": "done"}]),
         )
-        info = wait_until(
-            "agent to be Done",
-            lambda: (i := client.get("agent")).status.phase == "Done" and i,
-            timeout=120,
-        )
+        info = reached(client, "agent", "Done", timeout=120)
     assert info.status.output == "done"
     logs = cluster.kubectl("logs", "agent", "-n", namespace).stdout
     events = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
@@ -385,11 +382,7 @@ def _failed_with(
     cluster: Cluster, namespace: str, client: Client, name: str, reason: str, message: str
 ) -> None:
     """The Worker Failed with `reason` (its Ready condition) and one Warning Event of it."""
-    info = wait_until(
-        f"{name} to fail",
-        lambda: (i := client.get(name)).status.phase == "Failed" and i,
-        timeout=90,
-    )
+    info = reached(client, name, "Failed")
     assert message in (info.status.error or ""), info.status.error
     ready = next(c for c in info.status.conditions if c.type == "Ready")
     assert ready.reason == reason, ready

@@ -6,13 +6,12 @@ runtime in worker pods (the local pod runner), scripted models."""
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client
-from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, reached, wait_until
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -99,7 +98,7 @@ def test_a_parent_hands_a_file_to_its_children_within_their_profiles(
     )
     client = Client(cluster.api, namespace)
     client.spawn("lead", WorkerSpec(agent="planner", initial_message="plan", script=PARENT_SCRIPT))
-    lead = _done(client, "lead")
+    lead = reached(client, "lead", "Done")
     results = [e.summary for e in lead.status.recent_events if e.kind == "tool_result"]
 
     # Past the bounds: refused at admission, by rule and profile; nothing persisted.
@@ -117,7 +116,7 @@ def test_a_parent_hands_a_file_to_its_children_within_their_profiles(
         assert gone.returncode != 0, refused
 
     # Within them: the file, as a file (attachment, the normal policy) ...
-    files = _done(client, "kid-files")
+    files = reached(client, "kid-files", "Done")
     assert files.spec.kind == "dynamic"
     assert [i.name for i in files.spec.inputs] == ["plan.md"]
     assert files.status.output == "read the plan"
@@ -131,14 +130,4 @@ def test_a_parent_hands_a_file_to_its_children_within_their_profiles(
         timeout=30,
     )
     # ... and inline, in the first message.
-    assert _done(client, "kid-inline").status.output == "saw the plan inline"
-
-
-def _done(client: Client, name: str) -> Any:
-    info = wait_until(
-        f"{name} to end",
-        lambda: (info := client.get(name)).status.phase in ("Done", "Failed") and info,
-        timeout=90,
-    )
-    assert info.status.phase == "Done", info.status.error
-    return info
+    assert reached(client, "kid-inline", "Done").status.output == "saw the plan inline"

@@ -14,7 +14,7 @@ import pytest
 
 from agentworkers.api import WorkerSpec
 from agentworkers.client import Client
-from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, settled, wait_until
+from tests.e2e.support import CONFIG, PROFILES, Cluster, first_revision, reached, wait_until
 from tests.mcp_servers import fixture_server, free_port, serving, time_server
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
@@ -69,20 +69,6 @@ def _search(url: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def _settled(client: Client, name: str, phase: str, timeout: float = 90) -> Any:
-    """The Worker once it is `phase`; an ended run once the operator has said so too (its
-    Ready condition), which comes after the runtime's own report."""
-    if phase in ("Done", "Failed"):
-        info = settled(client, name, timeout)
-        assert info.status.phase == phase, info.status
-        return info
-    return wait_until(
-        f"{name} to be {phase}",
-        lambda: (info := client.get(name)).status.phase == phase and info,
-        timeout=timeout,
-    )
-
-
 def _lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]]:
     """The run's events, whole, as its pod logged them."""
     logs = cluster.kubectl("logs", pod, "-n", namespace).stdout.splitlines()
@@ -113,7 +99,7 @@ def test_a_run_calls_an_mcp_tool_and_gets_the_server_s_real_answer(
         {"reply": "searched"},
     ]
     client.spawn("asker", WorkerSpec(agent="planner", initial_message="go", script=script))
-    info = _settled(client, "asker", "Done")
+    info = reached(client, "asker", "Done")
     assert info.status.output == "searched"
     [server] = info.status.mcp_servers or ()
     assert (server.name, server.state, server.url) == ("search", "Connected", fixture_url)
@@ -156,7 +142,7 @@ def test_a_paused_server_is_out_of_reach_of_the_profile_run_and_the_runs_below_i
             agent="planner", initial_message="x", interactive=True, script=[call, {"reply": "up"}]
         ),
     )
-    assert _settled(client, "p", "Idle").status.mcp_servers[0].state == "Connected"
+    assert reached(client, "p", "Idle").status.mcp_servers[0].state == "Connected"
     # The reviewer profile pauses search: its run is given no tool of it, and a call anyway
     # is refused without reaching the server.
     client.spawn(
@@ -170,7 +156,7 @@ def test_a_paused_server_is_out_of_reach_of_the_profile_run_and_the_runs_below_i
             script=[call, {"reply": '{"verdict": "approve"}'}],
         ),
     )
-    rev = _settled(client, "rev", "Idle")
+    rev = reached(client, "rev", "Idle")
     # Below the profile run, a child of its own inherits the pause.
     client.spawn(
         "below",
@@ -178,7 +164,7 @@ def test_a_paused_server_is_out_of_reach_of_the_profile_run_and_the_runs_below_i
             agent="planner", parent="rev", initial_message="go", script=[call, {"reply": "ok"}]
         ),
     )
-    below = _settled(client, "below", "Done")
+    below = reached(client, "below", "Done")
     for name, info in (("rev", rev), ("below", below)):
         assert info.status.mcp_servers is None, name  # nothing kept, nothing connected
         [result] = _results(cluster, namespace, name)
@@ -204,7 +190,7 @@ def test_a_server_down_is_a_warning_and_a_required_one_fails_the_run(
             script=[{"tool": "search__echo", "args": {"text": "still here"}}, {"reply": "fine"}],
         ),
     )
-    info = _settled(client, "goes-on", "Done")
+    info = reached(client, "goes-on", "Done")
     states = {s.name: s.state for s in info.status.mcp_servers or ()}
     assert states == {"search": "Connected", "gone": "Unavailable"}
     [warning] = wait_until(
@@ -218,7 +204,7 @@ def test_a_server_down_is_a_warning_and_a_required_one_fails_the_run(
     strict = [_search(fixture_url), {"name": "gone", "url": down, "required": True}]
     _agent(cluster, namespace, strict, name="strict")
     client.spawn("stops", WorkerSpec(agent="strict", initial_message="go", script=[{"reply": "x"}]))
-    failed = _settled(client, "stops", "Failed")
+    failed = reached(client, "stops", "Failed")
     assert (failed.status.error or "").startswith(
         "McpServerUnavailable: required MCP server unavailable: gone"
     )
@@ -237,7 +223,7 @@ def test_a_published_server_behind_mcp_proxy(
             {"reply": "it is time"},
         ]
         client.spawn("clock", WorkerSpec(agent="planner", initial_message="when?", script=script))
-        info = _settled(client, "clock", "Done")
+        info = reached(client, "clock", "Done")
     [server] = info.status.mcp_servers or ()
     assert "time__get_current_time" in server.tools
     [now] = _results(cluster, namespace, "clock")

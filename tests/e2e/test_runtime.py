@@ -19,6 +19,7 @@ from tests.e2e.support import (
     apply_example_skills,
     first_revision,
     process_with,
+    reached,
     wait_until,
 )
 from tests.model_servers import Call, ModelServer, Turn
@@ -44,14 +45,6 @@ def _agent(
     first_revision(cluster, namespace)
 
 
-def _settled(client: Client, name: str, phase: str, timeout: float = 60) -> Any:
-    return wait_until(
-        f"{name} to be {phase}",
-        lambda: (info := client.get(name)).status.phase == phase and info,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture
 def client(cluster: Cluster, namespace: str) -> Client:
     return Client(cluster.api, namespace)
@@ -62,7 +55,7 @@ def test_a_single_run_ends_done_with_its_output_and_events(
 ) -> None:
     _agent(cluster, namespace, [{"thought": "easy one"}, {"reply": "hello from the sandbox"}])
     client.spawn("solo", WorkerSpec(agent="planner", initial_message="say hello"))
-    info = _settled(client, "solo", "Done")
+    info = reached(client, "solo", "Done")
     assert info.status.output == "hello from the sandbox"
     kinds = [e.kind for e in info.status.recent_events]
     assert kinds[0] == "status_change" and "thought" in kinds and "assistant_message" in kinds
@@ -87,7 +80,7 @@ def test_a_single_run_ends_done_with_its_output_and_events(
 def test_a_query_round_trip_through_idle(cluster: Cluster, namespace: str, client: Client) -> None:
     _agent(cluster, namespace, [{"match": "ping", "reply": "pong"}, {"reply": "ready"}])
     client.spawn("chat", WorkerSpec(agent="planner", initial_message="start", interactive=True))
-    assert _settled(client, "chat", "Idle").status.output == "ready"
+    assert reached(client, "chat", "Idle").status.output == "ready"
     client.query("chat", "ping please")
     info = wait_until("the answer", lambda: (i := client.get("chat")).status.output == "pong" and i)
     assert info.status.queries_delivered == 1 and info.status.phase == "Idle"
@@ -109,7 +102,7 @@ def test_a_planner_spawns_a_profiled_child_and_collects_it(
         {"reply": "the reviewer approved"},
     ]
     client.spawn("boss", WorkerSpec(agent="planner", initial_message="plan", script=planner_script))
-    info = _settled(client, "boss", "Done", timeout=90)
+    info = reached(client, "boss", "Done", timeout=90)
     assert info.status.output == "the reviewer approved"
     results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any('"verdict": "approve"' in r or "approve" in r for r in results), results
@@ -138,8 +131,8 @@ def test_a_profiled_child_cannot_spawn_a_profiled_grandchild(
         {"reply": "ok"},
     ]
     client.spawn("top", WorkerSpec(agent="planner", initial_message="plan", script=planner_script))
-    _settled(client, "top", "Done", timeout=90)
-    kid = _settled(client, "kid", "Done", timeout=90)
+    reached(client, "top", "Done", timeout=90)
+    kid = reached(client, "kid", "Done", timeout=90)
     assert kid.status.output == "tried"
     refusals = [e.summary for e in kid.status.recent_events if e.kind == "tool_result"]
     assert any("ProfileRecursion" in r for r in refusals), refusals
@@ -160,7 +153,7 @@ def test_hidden_tools_sandbox_escapes_and_limits(
     ]
     _agent(cluster, namespace, script, maxSteps=3)
     client.spawn("limited", WorkerSpec(agent="planner", initial_message="go"))
-    info = _settled(client, "limited", "Failed")
+    info = reached(client, "limited", "Failed")
     assert "max_steps (3) exhausted" in (info.status.error or "")
     results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any("escape" in r and "outside" in r.lower() for r in results), results
@@ -177,14 +170,14 @@ def test_hidden_tools_sandbox_escapes_and_limits(
             agent="planner", initial_message="x", interactive=True, script=[{"reply": "idle"}]
         ),
     )
-    _settled(client, "p", "Idle")
+    reached(client, "p", "Idle")
     client.spawn(
         "rev",
         WorkerSpec(
             agent="planner", parent="p", profile="reviewer", initial_message="review", script=hidden
         ),
     )
-    info = _settled(client, "rev", "Done")
+    info = reached(client, "rev", "Done")
     results = [e.summary for e in info.status.recent_events if e.kind == "tool_result"]
     assert any("not available" in r for r in results), results
 
@@ -194,7 +187,7 @@ def test_an_output_that_fails_its_schema_fails_the_run(
 ) -> None:
     _agent(cluster, namespace, [{"reply": "idle"}])
     client.spawn("p", WorkerSpec(agent="planner", initial_message="x", interactive=True))
-    _settled(client, "p", "Idle")
+    reached(client, "p", "Idle")
     client.spawn(
         "rev",
         WorkerSpec(
@@ -205,7 +198,7 @@ def test_an_output_that_fails_its_schema_fails_the_run(
             script=[{"reply": '{"verdict": "maybe"}'}],
         ),
     )
-    info = _settled(client, "rev", "Failed")
+    info = reached(client, "rev", "Failed")
     assert "verdict" in (info.status.error or "")
 
 
@@ -214,7 +207,7 @@ def test_a_kill_mid_run_stops_the_process_and_collect_returns_the_reason(
 ) -> None:
     _agent(cluster, namespace, [{"reply": "waiting for more"}])
     client.spawn("longrun", WorkerSpec(agent="planner", initial_message="start", interactive=True))
-    _settled(client, "longrun", "Idle")
+    reached(client, "longrun", "Idle")
     client.kill("longrun", reason="the plan changed", by="planner")
     result = client.collect("longrun", timeout=30)
     assert (result.phase, result.error) == ("Killed", "the plan changed")
@@ -228,13 +221,13 @@ def test_a_runtime_killed_by_a_signal_fails_its_run_loud_and_collect_says_why(
     hang, and whoever collects it (its parent) gets that reason."""
     _agent(cluster, namespace, [{"reply": "waiting for more"}])
     client.spawn("victim", WorkerSpec(agent="planner", initial_message="start", interactive=True))
-    _settled(client, "victim", "Idle")
+    reached(client, "victim", "Idle")
     pid = process_with(
         {"AGENTWORKERS_WORKER": "victim", "AGENTWORKERS_NAMESPACE": namespace}, "run"
     )
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    info = _settled(client, "victim", "Failed", timeout=30)
+    info = reached(client, "victim", "Failed", timeout=30)
     said = "container agent exited 137 (SIGKILL): Error"
     assert info.status.error == said
     events = cluster.kubectl_json(
@@ -277,7 +270,7 @@ def test_a_run_against_a_vendor_endpoint_with_its_key_from_a_secret(
         cluster.apply(namespace, config)
         first_revision(cluster, namespace)
         client.spawn("real", WorkerSpec(agent="planner", initial_message="write the plan"))
-        info = _settled(client, "real", "Done")
+        info = reached(client, "real", "Done")
         first, second = server.seen
     assert info.status.output == "wrote the plan"
     assert info.status.tokens_used is not None
@@ -320,8 +313,8 @@ def test_an_idle_run_past_its_idle_timeout_ends_and_frees_its_pod(
             agent="planner", initial_message="start", interactive=True, idle_timeout_seconds=3
         ),
     )
-    assert _settled(client, "chat", "Idle").status.idle_since
-    info = _settled(client, "chat", "Done", timeout=30)
+    assert reached(client, "chat", "Idle").status.idle_since
+    info = reached(client, "chat", "Done", timeout=30)
     assert info.status.output == "ready"
     ready = next(c for c in info.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "IdleTimeout")
@@ -366,13 +359,13 @@ def test_a_tree_that_spends_its_token_budget_is_stopped_below_its_root(
     }
     _agent(cluster, namespace, [{"match": ".", "reply": "noted"}], spec)
     client.spawn("root", WorkerSpec(agent="planner", initial_message="lead", interactive=True))
-    _settled(client, "root", "Idle")
+    reached(client, "root", "Idle")
     for name in ("a", "b"):
         client.spawn(
             name, WorkerSpec(agent="planner", parent="root", initial_message="go", interactive=True)
         )
     for name in ("a", "b"):
-        used = _settled(client, name, "Idle").status.tokens_used
+        used = reached(client, name, "Idle").status.tokens_used
         assert used is not None and used.prompt > 300 and used.completion == 1  # "noted"
     # Each query's call reads the whole conversation again: the tree soon runs out.
     for i in range(6):
@@ -387,7 +380,7 @@ def test_a_tree_that_spends_its_token_budget_is_stopped_below_its_root(
             ),
         )
     for name in ("a", "b"):
-        status = _settled(client, name, "Killed").status
+        status = reached(client, name, "Killed").status
         assert status.error is not None
         assert status.error.startswith("TreeBudgetExhausted: the tree used "), status.error
         assert status.error.endswith(" of its 1500 tokens")

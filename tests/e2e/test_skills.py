@@ -18,6 +18,7 @@ from tests.e2e.support import (
     Cluster,
     apply_example_skills,
     first_revision,
+    reached,
     wait_until,
 )
 
@@ -94,13 +95,7 @@ def test_a_run_executes_a_skill_script_and_a_narrowed_child_has_only_its_skill(
     }
 
     # The reviewer profile keeps code-review only: no other skill is in its pod or sandbox.
-    wait_until(
-        "the reviewer to be Done",
-        lambda: client.get("reviewer-1").status.phase in ("Done", "Failed"),
-        timeout=90,
-    )
-    child = client.get("reviewer-1")
-    assert child.status.phase == "Done", child.status.error
+    reached(client, "reviewer-1", "Done")
     (listing,) = results(client, "reviewer-1", "run_command")
     assert '"stdout":"code-review\\n"' in listing, listing
     assert skill_volumes(cluster, namespace, "reviewer-1") == {
@@ -119,7 +114,7 @@ def test_run_command_is_not_offered_unless_listed(cluster: Cluster, namespace: s
     client = Client(cluster.api, namespace)
     script = [{"tool": "run_command", "args": {"command": ["id"]}}, {"reply": "tried"}]
     client.spawn("plain", WorkerSpec(agent="planner", initial_message="go", script=script))
-    wait_until("plain to be Done", lambda: client.get("plain").status.phase == "Done", timeout=60)
+    reached(client, "plain", "Done")
     events = client.get("plain").status.recent_events
     (refused,) = [e.summary for e in events if e.kind == "tool_result"]
     assert refused == "run_command error: tool 'run_command' is not available to this run"
