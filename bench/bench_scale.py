@@ -298,6 +298,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and every process below it, live or reaped: its own, the
+    children it waited for (cutime, cstime), and each live descendant's the same way."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    total, below = 0.0, [pid]
+    while below:
+        one = below.pop()
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+            below.extend(children.get(one, ()))
+    return total
+
+
 def control_plane() -> dict[str, int]:
     pids = json.loads(STATE.read_text())["pids"]
     return {
@@ -802,6 +821,11 @@ class RuntimePhase:
     note: str = ""
     # The operator's own writes while they went to Running, by verb and resource.
     writes: Counter[str] = field(default_factory=Counter)
+    # CPU seconds by process while they went to Running (the pod runner is the kubelet;
+    # "runtimes": every worker runtime it ran, live or ended).
+    cpu: dict[str, float] = field(default_factory=dict)
+    # The API server's requests meanwhile, from every client, by verb and resource.
+    requests: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
@@ -813,7 +837,12 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
     runs, rate = args.runtime_runs, args.runtime_rate
     results = []
     logs = Path(tempfile.mkdtemp(prefix="bench-pods-"))
-    with pod_runner(bench.cluster, f"{bench.prefix}-rt", logs):
+    with pod_runner(bench.cluster, f"{bench.prefix}-rt", logs) as runner:
+
+        def cpu() -> dict[str, float]:
+            mine = cpu_seconds(runner.pid)
+            return {**bench._cpu(), "pod runner": mine, "runtimes": tree_cpu(runner.pid) - mine}
+
         for label in ("rt-cold", "rt-pooled", "rt-warm") if args.pooled else ("rt-cold", "rt-warm"):
             namespace = bench.namespace(label)
             config = pooled_config(runs) if label == "rt-pooled" else json.loads(json.dumps(CONFIG))
@@ -826,37 +855,8 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
                 filled = pool_filled(bench.cluster, namespace, runs)
                 note = f"pool of {runs} identities filled {filled:.0f} s after its config"
             if label == "rt-warm":
-                began = time.monotonic()
-                wait_until(
-                    f"{runs} warm pods ready",
-                    lambda ns=namespace: (
-                        (bench.cluster.kubectl_json("get", "agentconfig", "planner", "-n", ns)
-                         .get("status") or {}).get("warmPool", {}).get("ready") == runs
-                    ),
-                    timeout=300,
-                    interval=1,
-                )  # fmt: skip
-                ready_at = time.monotonic() - began
-                idle_at = _warm_idle(namespace, runs) - began
-                note = (
-                    f"pool of {runs} Running {ready_at:.0f} s after its config, its runtimes "
-                    f"idle (started, waiting) {idle_at:.0f} s after"
-                )
-            path = WORKERS.format(namespace=namespace)
-            metrics = bench.controller.metrics().splitlines()
-            before, started_before = own_writes(metrics), warm_starts(metrics)
-            with FirstSeen(bench.cluster.api, path, runtime_running) as seen:
-                due = _open_loop(bench, path, worker, runs, rate)
-                deadline = time.monotonic() + 120
-                while time.monotonic() < deadline and len(seen.seen) < runs:
-                    time.sleep(0.2)
-            metrics = bench.controller.metrics().splitlines()
-            writes = own_writes(metrics) - before
-            if label == "rt-warm":
-                started = warm_starts(metrics) - started_before
-                note += "; " + ", ".join(f"{k} {v}" for k, v in sorted(started.items()))
-            latencies = [seen.seen[n] - at for n, at in due.items() if n in seen.seen]
-            results.append(RuntimePhase(label, latencies, runs, note, writes))
+                note = _warm_pool_ready(bench, namespace, runs)
+            results.append(_runs_to_running(bench, label, namespace, runs, rate, cpu, note))
             bench.drop(label)
     results.append(_jobs_to_running(bench, runs, rate))
     for r in results:
@@ -867,12 +867,78 @@ def to_running(bench: Bench, args: argparse.Namespace) -> list[RuntimePhase]:
             f"{pct(lat, 0.99) * 1000:.0f} ms ({r.count - len(lat)} never Running)"
             + (f"; {r.note}" if r.note else "")
         )
+        if r.cpu:
+            print(
+                "   CPU ms per run, from the first create to the last Running: "
+                + ", ".join(f"{k} {v * 1000 / r.count:.0f}" for k, v in sorted(r.cpu.items()))
+            )
+        if r.requests:
+            served = [(k, v) for k, v in r.requests.items() if k[1] not in HEARTBEATS]
+            top = sorted(served, key=lambda kv: -kv[1])[:10]
+            total = sum(v for _, v in served) / r.count
+            print(
+                f"   API requests per run, every client: {total:.1f}: "
+                + ", ".join(f"{verb} {res} {v / r.count:.2f}" for (verb, res), v in top)
+            )
         if r.writes:
             mine = ", ".join(f"{k} {v / r.count:.2f}" for k, v in r.writes.most_common(8))
             print(
                 f"   the operator's own writes per Worker {r.writes.total() / r.count:.2f}: {mine}"
             )
     return results
+
+
+def _warm_pool_ready(bench: Bench, namespace: str, runs: int) -> str:
+    """Wait for a pool of `runs` ready warm pods, their runtimes started and waiting; how
+    long that took."""
+    began = time.monotonic()
+    wait_until(
+        f"{runs} warm pods ready",
+        lambda: (
+            (bench.cluster.kubectl_json("get", "agentconfig", "planner", "-n", namespace)
+             .get("status") or {}).get("warmPool", {}).get("ready") == runs
+        ),
+        timeout=300,
+        interval=1,
+    )  # fmt: skip
+    ready_at = time.monotonic() - began
+    idle_at = _warm_idle(namespace, runs) - began
+    return (
+        f"pool of {runs} Running {ready_at:.0f} s after its config, its runtimes "
+        f"idle (started, waiting) {idle_at:.0f} s after"
+    )
+
+
+def _runs_to_running(
+    bench: Bench,
+    label: str,
+    namespace: str,
+    runs: int,
+    rate: float,
+    cpu: Callable[[], dict[str, float]],
+    note: str,
+) -> RuntimePhase:
+    """`runs` Workers at `rate`, each timed to its runtime's Running report; the CPU, the
+    API requests and the operator's writes it took."""
+    path = WORKERS.format(namespace=namespace)
+    lines = bench.controller.metrics().splitlines()
+    before, started_before = own_writes(lines), warm_starts(lines)
+    cpu_before, ticks_before, server_before = cpu(), machine_ticks(), metrics(bench.cluster)
+    with FirstSeen(bench.cluster.api, path, runtime_running) as seen:
+        due = _open_loop(bench, path, worker, runs, rate)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(seen.seen) < runs:
+            time.sleep(0.2)
+    used = {k: v - cpu_before.get(k, 0.0) for k, v in cpu().items()}
+    busy, ticks = (a - b for a, b in zip(machine_ticks(), ticks_before, strict=True))
+    served = requests(metrics(bench.cluster)) - requests(server_before)
+    note += f"{'; ' if note else ''}machine {busy / max(ticks, 1):.0%} busy"
+    lines = bench.controller.metrics().splitlines()
+    if label == "rt-warm":
+        started = warm_starts(lines) - started_before
+        note += "; " + ", ".join(f"{k} {v}" for k, v in sorted(started.items()))
+    latencies = [seen.seen[n] - at for n, at in due.items() if n in seen.seen]
+    return RuntimePhase(label, latencies, runs, note, own_writes(lines) - before, used, served)
 
 
 def _jobs_to_running(bench: Bench, runs: int, rate: float) -> RuntimePhase:
