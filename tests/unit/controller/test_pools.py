@@ -198,6 +198,43 @@ def test_passes_claiming_at_once_do_not_try_the_same_pod(
     assert [who for _, who in tried] == ["a", "b"]  # one try each, none refused
 
 
+def test_a_pass_does_not_try_a_pod_claimed_since_it_read_the_pool(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass reads the pool, then another pass's claim lands before it tries: it tried
+    that pod, was refused, and with three tries so spent a run started cold (1 of 25 at
+    25/s in the bench, with as many warm pods as runs)."""
+    pool_pass(memory)
+    running(memory)
+    for name in ("a", "b"):
+        memory.put("workers", worker(name))
+    pods_labelled, patch_json = memory.pods_labelled, memory.patch_json
+    tried: list[str] = []
+
+    def read_pool(namespace: str, label: str, value: str) -> list[dict[str, Any]]:
+        found = pods_labelled(namespace, label, value)
+        if label == POOL_LABEL and not tried:  # b has the pool; a claims before b tries
+            tried.append("b read")
+            reconcile(memory, "a")
+        return found
+
+    def claim(plural: str, namespace: str, name: str, ops: Any) -> dict[str, Any]:
+        try:
+            found = patch_json(plural, namespace, name, ops)
+        except ApiError as e:
+            tried.append(f"refused {e.status}")
+            raise
+        tried.append("claimed")
+        return found
+
+    monkeypatch.setattr(memory, "pods_labelled", read_pool)
+    monkeypatch.setattr(memory, "patch_json", claim)
+    reconcile(memory, "b")
+    pods = {n: memory.find("workers", n)["status"]["pod"] for n in ("a", "b")}
+    assert len(set(pods.values())) == 2 and not {"a", "b"} & set(pods.values())  # both warm
+    assert tried == ["b read", "claimed", "claimed"]  # none refused
+
+
 def test_a_pod_not_running_yet_is_not_claimed(memory: Memory) -> None:
     pool_pass(memory)
     memory.put("workers", worker("w"))

@@ -198,11 +198,13 @@ _claimed_lock = threading.Lock()
 # since when its pass has been waiting to refill it (`core.pools.refill_wait`).
 _last_claim: dict[tuple[str, str], float] = {}
 _short_since: dict[tuple[str, str], float] = {}
-# Warm pods (namespace, name) a pass of this process is claiming right now: the passes of
-# a burst run at once on one store, and each would try the same oldest pods, all but one
-# losing every try and starting cold. The API's preconditions still settle a race with
-# another process.
-_claiming: set[tuple[str, str]] = set()
+# Warm pods (namespace, name) a pass of this process is claiming or has tried (claimed,
+# or refused): not tried again. The passes of a burst run at once on one store, each from
+# the pool as it read it: they would try the same oldest pods, and the pods claimed since
+# they read, each try refused, three making a cold start. Names are never reused
+# (`core.pools.account_name`). The API's preconditions still settle a race with another
+# process. Bounded, the oldest forgotten first.
+_tried: OrderedDict[tuple[str, str], None] = OrderedDict()
 CLAIMS_REMEMBERED = 10_000
 
 
@@ -277,9 +279,11 @@ def claim(
     for candidate in candidates:
         key = (namespace, candidate.name)
         with _claimed_lock:
-            if key in _claiming:
-                continue  # another pass of this process is taking it
-            _claiming.add(key)
+            if key in _tried:
+                continue  # taken, or being taken, by another pass of this process
+            _tried[key] = None
+            while len(_tried) > CLAIMS_REMEMBERED:
+                _tried.popitem(last=False)
         # activeDeadlineSeconds counts from the pod's start, which was before the claim.
         age = math.ceil((now - candidate.created).total_seconds())
         deadline = deadline_seconds + age if deadline_seconds else None
@@ -288,6 +292,8 @@ def claim(
             got = storage.patch_json("pods", namespace, candidate.name, patch)
         except ApiError as e:
             if e.status not in (404, 422):
+                with _claimed_lock:
+                    _tried.pop(key, None)  # not refused: a later pass may try it
                 raise
             # Claimed by another process's run, being deleted, or gone: the next one.
             log.debug("claim of pod %s/%s refused: %s", namespace, candidate.name, e)
@@ -295,10 +301,6 @@ def claim(
             if tries == CLAIM_TRIES:
                 break
             continue
-        finally:
-            # The store has the claimed pod by now (the patch's answer): not claimable.
-            with _claimed_lock:
-                _claiming.discard(key)
         metrics.WARM_CLAIMS.inc()
         with _claimed_lock:
             _claimed_at[run.uid] = _last_claim[(namespace, agent)] = time.monotonic()
