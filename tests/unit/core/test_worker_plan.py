@@ -295,7 +295,7 @@ ROWS = {
         before=(StopBelow,),
         events=("Killed",),
     ),
-    "its pod removed by a cascade its parent is not yet written Killed by: Killed, not PodLost": Row(
+    "its pod removed by a cascade from above, its parent not yet Killed: Killed, not PodLost": Row(
         ctx(
             worker(status=RUNNING, parent="p"),
             parent=worker("p", status=RUNNING, parent="root"),
