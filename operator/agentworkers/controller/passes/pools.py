@@ -7,10 +7,11 @@ and surplus warm pods (each only at the version it saw: a pod claimed meanwhile 
 deleted), makes new ones (each its own ServiceAccount first, which then goes with its
 pod), and writes the pool's counts to the AgentConfig's status.
 
-A run's pass (`claim`, from `workers.carry_out`) gives it a ready warm pod of its agent
-at its revision and with its pod's settings, found in the store: one patch with the pod's
-resourceVersion as precondition, so no pod serves two runs; none ready, the caller
-creates the pod cold at once.
+A run's pass (`claim`, from `workers._start`) gives it a ready warm pod of its agent at
+its revision and with its pod's settings, found in the store: one JSON patch whose `test`
+operations are its preconditions (`core.pools.claim_patch`: the same pod, still in the
+pool, not being deleted), so no pod serves two runs; none ready, the caller creates the
+pod cold at once.
 """
 
 from __future__ import annotations
