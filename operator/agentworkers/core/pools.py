@@ -69,6 +69,10 @@ REFILL_MAX_WAIT = 5.0
 # Pods a pool pass creates at most: a large pool fills over a few passes, and a pass
 # that fails midway has made few.
 CREATE_PER_PASS = 10
+# A pool's counts (the AgentConfig's status.warmPool) are written at most this often
+# (seconds): under a burst every claim changes them, and each write is an event to every
+# watcher of AgentConfigs (a GitOps controller's too); people read them, not programs.
+COUNTS_SECONDS = 1.0
 
 
 class Claim(KubeModel):
@@ -331,6 +335,13 @@ def refill_wait(last_claim: float | None, short_since: float, now: float) -> flo
     if last_claim is None:
         return 0.0
     return max(0.0, min(last_claim + REFILL_QUIET - now, short_since + REFILL_MAX_WAIT - now))
+
+
+def counts_wait(last_written: float | None, now: float) -> float:
+    """Seconds before a pool's changed counts may be written (monotonic clock)."""
+    if last_written is None:
+        return 0.0
+    return max(0.0, last_written + COUNTS_SECONDS - now)
 
 
 def claimable(

@@ -15,6 +15,8 @@ import pytest
 
 from agentworkers.api.names import CLAIM_ANNOTATION, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.controller.passes import configs, pools, workers
+from agentworkers.controller.passes.requeue import Later
+from agentworkers.core import pools as core_pools
 from agentworkers.core.pools import Claim
 from agentworkers.errors import ApiError
 from tests.unit.controller.memory import Memory
@@ -28,6 +30,9 @@ def no_recent_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test's pool starts with no claim this process remembers (they wait a refill)."""
     monkeypatch.setattr(pools, "_last_claim", {})
     monkeypatch.setattr(pools, "_short_since", {})
+    # Each pass writes the pool's counts (a burst's are spaced out: its own test).
+    monkeypatch.setattr(pools, "_counts_written", {})
+    monkeypatch.setattr(core_pools, "COUNTS_SECONDS", 0.0)
 
 
 def refill_now() -> None:
@@ -83,6 +88,35 @@ def test_a_pass_fills_the_pool_each_pod_with_an_account_of_its_own(memory: Memor
     assert status == {"ready": 0, "starting": 2, "claimed": 0}
     running(memory)
     pool_pass(memory)
+    status = memory.find("agentconfigs", "planner")["status"]["warmPool"]
+    assert status == {"ready": 2, "starting": 0, "claimed": 0}
+
+
+def test_a_burst_writes_the_pool_s_counts_at_most_once_a_second(
+    memory: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every claim of a burst changed the counts and each pass wrote them: 0.7 writes of
+    the AgentConfig's status a run (25 runs at 25/s), each an event to every watcher."""
+    monkeypatch.setattr(core_pools, "COUNTS_SECONDS", 1.0)
+    clock = [100.0]
+    monkeypatch.setattr(pools.time, "monotonic", lambda: clock[0])
+
+    def counts_written() -> list[str]:
+        return [w[2] for w in memory.writes if w[:2] == ("PATCH", "agentconfigs/status")]
+
+    pool_pass(memory)
+    before = len(counts_written())
+    running(memory)
+    clock[0] += 0.25
+    with pytest.raises(Later) as later:
+        pools.reconcile(memory, "ns", "planner")
+    assert later.value.delay == pytest.approx(0.75)
+    assert len(counts_written()) == before  # changed, but written a moment ago
+    status = memory.find("agentconfigs", "planner")["status"]["warmPool"]
+    assert status == {"ready": 0, "starting": 2, "claimed": 0}
+    clock[0] += 0.75
+    pool_pass(memory)  # the pass it asked for
+    assert len(counts_written()) == before + 1
     status = memory.find("agentconfigs", "planner")["status"]["warmPool"]
     assert status == {"ready": 2, "starting": 0, "claimed": 0}
 

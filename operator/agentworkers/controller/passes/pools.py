@@ -32,7 +32,7 @@ from agentworkers.api.agentconfig import RevisionRef
 from agentworkers.api.names import AGENT_LABEL, CLAIMED_LABEL, POOL_LABEL, WORKER_LABEL
 from agentworkers.api.provider import ModelProviderSpec
 from agentworkers.api.worker import WorkerSpec
-from agentworkers.api.workerpod import WorkerPod
+from agentworkers.api.workerpod import WarmPool, WorkerPod
 from agentworkers.controller.infra import metrics
 from agentworkers.controller.passes import identities
 from agentworkers.controller.passes.requeue import Later
@@ -59,6 +59,8 @@ def reconcile(
     body = storage.get("agentconfigs", namespace, name)
     if body is None or meta(body).deleting:
         identities.forget(namespace, name)
+        with _counts_lock:
+            _counts_written.pop((namespace, name), None)
         return  # its pods and their accounts go with it (ownerReferences)
     try:
         config = AgentConfigSpec.model_validate(body["spec"])
@@ -102,15 +104,8 @@ def reconcile(
         phase(p) not in ENDED for p in storage.pods_labelled(namespace, CLAIMED_LABEL, name)
     )
     counts = {"ready": plan.ready, "starting": plan.starting + made, "claimed": claimed}
-    with _counts_lock:
-        if pool is None or not pool.size:
-            _counts.pop((namespace, name), None)
-        else:
-            _counts[(namespace, name)] = counts
-    known = (body.get("status") or {}).get("warmPool")
-    if known != counts and (pool is not None or known is not None):
-        storage.patch_status("agentconfigs", namespace, name, {"warmPool": counts})
     again = [
+        _counts_of(storage, body, pool, counts),
         wait if wait > 0 else None,
         plan.again_in + 1.0 if plan.again_in is not None else None,
         identity_pass,
@@ -119,8 +114,33 @@ def reconcile(
         raise Later(min(d for d in again if d is not None))
 
 
+def _counts_of(
+    storage: Repository, body: dict[str, Any], pool: WarmPool | None, counts: dict[str, int]
+) -> float | None:
+    """The pool's counts, to the gauge now and to the AgentConfig's status if they
+    changed, at most every `core.pools.COUNTS_SECONDS`: None, or the seconds to wait."""
+    key = (meta(body).namespace, meta(body).name)
+    with _counts_lock:
+        if pool is None or not pool.size:
+            _counts.pop(key, None)
+        else:
+            _counts[key] = counts
+        wait = pools.counts_wait(_counts_written.get(key), time.monotonic())
+    known = (body.get("status") or {}).get("warmPool")
+    if known == counts or (pool is None and known is None):
+        return None
+    if wait > 0:
+        return wait
+    storage.patch_status("agentconfigs", key[0], key[1], {"warmPool": counts})
+    with _counts_lock:
+        _counts_written[key] = time.monotonic()
+    return None
+
+
 # Each pool's counts as its last pass found them: the agentworkers_warm_pods gauge sums them.
 _counts: dict[tuple[str, str], dict[str, int]] = {}
+# When this process last wrote each pool's counts (`core.pools.counts_wait`).
+_counts_written: dict[tuple[str, str], float] = {}
 _counts_lock = threading.Lock()
 
 
