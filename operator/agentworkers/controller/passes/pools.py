@@ -105,7 +105,7 @@ def reconcile(
     )
     counts = {"ready": plan.ready, "starting": plan.starting + made, "claimed": claimed}
     again = [
-        _counts_of(storage, body, pool, counts),
+        _publish_counts(storage, body, pool, counts),
         wait if wait > 0 else None,
         plan.again_in + 1.0 if plan.again_in is not None else None,
         identity_pass,
@@ -114,7 +114,7 @@ def reconcile(
         raise Later(min(d for d in again if d is not None))
 
 
-def _counts_of(
+def _publish_counts(
     storage: Repository, body: dict[str, Any], pool: WarmPool | None, counts: dict[str, int]
 ) -> float | None:
     """The pool's counts, to the gauge now and to the AgentConfig's status if they
