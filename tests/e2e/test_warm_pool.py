@@ -29,6 +29,7 @@ from tests.e2e.support import (
     settled,
     wait_until,
 )
+from tests.model_servers import ModelServer, Turn
 
 pytestmark = pytest.mark.usefixtures("operator", "podrunner")
 
@@ -103,6 +104,36 @@ def test_a_pool_fills_and_a_spawn_runs_in_a_warm_pod(
         "the pool to refill",
         lambda: pool_status(cluster, namespace) == {"ready": 2, "starting": 0, "claimed": 0},
     )
+
+
+def test_a_warm_pod_runs_its_claim_through_the_vendor_s_sdk_it_readied_while_waiting(
+    cluster: Cluster, namespace: str, client: Client
+) -> None:
+    """An agent on a vendor's endpoint (OpenAI's wire protocol, on loopback), its key in a
+    Secret: its warm pod imports the SDK and builds its client before any claim, and the
+    run that claims it talks to the endpoint with its key and its model."""
+    with ModelServer(lambda _: Turn(text="readied hello", usage=(9, 3))) as server:
+        cluster.kubectl(
+            "create", "secret", "generic", "model-key", "-n", namespace,
+            "--from-literal=apiKey=sk-warm-123",
+        )  # fmt: skip
+        config = copy.deepcopy(CONFIG)
+        config["spec"]["skills"] = []
+        config["spec"]["model"].update(
+            provider="openai", baseURL=server.openai_url, apiKeySecret="model-key"
+        )
+        config["spec"]["worker"] = {"warmPool": {"size": 1, "idleSeconds": 600}}
+        cluster.apply(namespace, config)
+        first_revision(cluster, namespace)
+        ready(cluster, namespace, 1)
+        (warm,) = pods(cluster, namespace, f"{POOL_LABEL}=planner")
+        client.spawn("vendor", WorkerSpec(agent="planner", initial_message="say hello"))
+        info = settled(client, "vendor")
+        (call,) = server.seen
+    assert (info.status.phase, info.status.output) == ("Done", "readied hello")
+    assert info.status.pod == warm["metadata"]["name"]
+    assert "sk-warm-123" in call.headers.get("authorization", "")
+    assert call.body["model"] == "demo-large" and call.body["stream"] is True
 
 
 def test_a_profiled_child_in_a_warm_pod_is_bound_and_checked_like_a_cold_one(

@@ -40,6 +40,15 @@ class Block(KubeModel):
     text: StrictStr = Field(description="Block text.")
 
 
+class ModelEndpoint(KubeModel):
+    """Where a run's model client connects, and with which key: what a client built ahead
+    of a run (a warm pod's, before its claim) must share with the run to serve it."""
+
+    provider: Provider
+    base_url: StrictStr | None = Field(default=None, alias="baseURL")
+    api_key_secret: StrictStr | None = None
+
+
 class EffectiveConfig(KubeModel):
     """Everything the runtime needs to run the agent loop, after every layer."""
 
@@ -72,6 +81,12 @@ class EffectiveConfig(KubeModel):
     # The agent's tracing (None: off); the run's trace context is the Worker's own.
     tracing: Tracing | None = None
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def endpoint(self) -> ModelEndpoint:
+        return ModelEndpoint(
+            provider=self.provider, base_url=self.base_url, api_key_secret=self.api_key_secret
+        )
 
 
 def allowed_secrets(config: AgentConfigSpec, worker: WorkerSpec) -> tuple[str, ...]:

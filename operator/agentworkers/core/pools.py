@@ -43,6 +43,7 @@ from agentworkers.api.names import (
 )
 from agentworkers.api.workerpod import WarmPool
 from agentworkers.core import clocks
+from agentworkers.core.effective import EffectiveConfig
 from agentworkers.core.objects import meta, phase
 from agentworkers.core.owners import owner_reference
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV
@@ -56,8 +57,9 @@ POOL_PREFIX = "warm-"
 CLAIM_DIR = "/var/run/agentworkers/claim"
 CLAIM_FILE_ENV = "AGENTWORKERS_CLAIM_FILE"
 WARM_REVISION_ENV = "AGENTWORKERS_WARM_REVISION"
-# The agent's model provider, whose SDK a warm runtime imports while it waits.
-WARM_PROVIDER_ENV = "AGENTWORKERS_WARM_PROVIDER"
+# The model endpoint of a plain run of the agent (`effective.ModelEndpoint`, as JSON): a
+# warm runtime imports its provider's SDK and builds its client while it waits.
+WARM_MODEL_ENV = "AGENTWORKERS_WARM_MODEL"
 # The env entries and args that name a run: out of a warm pod, out of the settings hash.
 RUN_ENV = frozenset({"AGENTWORKERS_WORKER", EFFECTIVE_CONFIG_ENV})
 # A refill waits for claims to pause this long (seconds), but never longer than
@@ -123,11 +125,11 @@ def warm_pod(
     container = pod["spec"]["containers"][0]
     container["args"] = ["--warm", f"--namespace={namespace}"]
     env = {e["name"]: e.get("value") for e in container.get("env") or []}
-    provider = json.loads(env.get(EFFECTIVE_CONFIG_ENV) or "{}").get("provider") or ""
+    plain = EffectiveConfig.model_validate_json(env[EFFECTIVE_CONFIG_ENV])
     container["env"] = [
         *(e for e in (container.get("env") or []) if e["name"] not in RUN_ENV),
         {"name": WARM_REVISION_ENV, "value": revision.name},
-        {"name": WARM_PROVIDER_ENV, "value": provider},
+        {"name": WARM_MODEL_ENV, "value": plain.endpoint.model_dump_json(by_alias=True)},
         {"name": CLAIM_FILE_ENV, "value": f"{CLAIM_DIR}/claim"},
     ]
     container["volumeMounts"] = [

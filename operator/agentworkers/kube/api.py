@@ -11,8 +11,10 @@ plain bodies (`dict`) and `agentworkers.errors.ApiError`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -156,6 +158,17 @@ class Api:
         if response.status >= 400:
             raise refusal(response.status, response.reason, response.data)
         return response
+
+    def open_connections(self, count: int) -> None:
+        """`count` pooled connections opened now, each by a GET of /version (which every
+        account may read) sent at once from threads of their own: the requests that follow
+        skip their TCP and TLS handshakes. Best effort: a failure here is a later
+        request's to report, and a connection the server closes while idle is opened
+        again when needed."""
+        with ThreadPoolExecutor(count) as pool:
+            for sent in [pool.submit(self.request, "GET", "/version") for _ in range(count)]:
+                with contextlib.suppress(ApiError):
+                    sent.result()
 
     def fetch(self, url: str) -> Body | None:
         """GET, None when there is no such object."""

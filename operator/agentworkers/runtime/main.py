@@ -16,6 +16,7 @@ Every event is also one JSON line on stdout, so `kubectl logs` shows the run.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import logging
 import os
@@ -32,11 +33,11 @@ from agentworkers.api import AgentConfigStatus, WorkerSpec, WorkerStatus, reason
 from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.client import Client
 from agentworkers.core.clocks import now
-from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig, ModelEndpoint
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
 from agentworkers.core.pools import (
     CLAIM_FILE_ENV,
-    WARM_PROVIDER_ENV,
+    WARM_MODEL_ENV,
     WARM_REVISION_ENV,
     Claim,
     check_claim,
@@ -50,7 +51,8 @@ from agentworkers.runtime.events import EventBus, EventKind, JsonLinesSink
 from agentworkers.runtime.inputs import take as take_inputs
 from agentworkers.runtime.loop import DONE, FAILED, IDLE, RUNNING, AgentLoop, LoopClosed
 from agentworkers.runtime.mcp import CONNECTED, Connection, McpServers
-from agentworkers.runtime.providers import client_for, preload
+from agentworkers.runtime.models import ModelClient
+from agentworkers.runtime.providers import Prepared, client_for, prepare
 from agentworkers.runtime.reporter import Reporter
 from agentworkers.runtime.skills import Skill, load_skills
 from agentworkers.runtime.tools import Sandbox, Toolbox, planner_tools
@@ -65,12 +67,12 @@ PHASES = {RUNNING: "Running", IDLE: "Idle", DONE: "Done", FAILED: "Failed"}
 WATCH_SECONDS = 300  # a long watch: the run's own reports end each quiet spell anyway
 
 
-def _api_key(config: EffectiveConfig) -> str | None:
+def _api_key(secret: str | None) -> str | None:
     """The model key: key `apiKey` of the mounted api-key Secret, else AGENTWORKERS_API_KEY."""
-    if config.api_key_secret:
+    if secret:
         # AGENTWORKERS_SECRETS_DIR: where the local pod runner puts what a kubelet would mount.
         mounts = Path(os.environ.get("AGENTWORKERS_SECRETS_DIR", SECRETS_DIR))
-        path = mounts / config.api_key_secret / "apiKey"
+        path = mounts / secret / "apiKey"
         if path.exists():
             return path.read_text().strip()
     return os.environ.get("AGENTWORKERS_API_KEY")
@@ -116,16 +118,22 @@ def _interruptible(call: Callable[[], T]) -> T:
 
 
 def warm(namespace: str, sandbox: str, kubeconfig: str | None) -> int:
-    """A warm pod's runtime: imported and connected ahead of any run, it waits for its
-    claim and then runs the run it names exactly as a cold pod runs its own, after
-    checking the claim fits this pod (`core.pools.check_claim`)."""
+    """A warm pod's runtime: imported, its model client built and its connections open
+    ahead of any run, it waits for its claim and then runs the run it names exactly as a
+    cold pod runs its own, after checking the claim fits this pod
+    (`core.pools.check_claim`)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     api = kube.Api(kube.connect(kubeconfig).api)
-    preload(os.environ.get(WARM_PROVIDER_ENV, ""))
+    endpoint = ModelEndpoint.model_validate_json(os.environ[WARM_MODEL_ENV])
+    model = prepare(endpoint, _api_key(endpoint.api_key_secret))
+    # A run's first requests go at once on two connections (its reads, its reports):
+    # their TLS handshakes are made now, and kept, not on the way to its first report.
+    connect = functools.partial(api.open_connections, 2)
+    connect()
     gc.freeze()  # the SDK's modules too (as `main` does)
-    claim = wait_for_claim(Path(os.environ[CLAIM_FILE_ENV]))
+    claim = wait_for_claim(Path(os.environ[CLAIM_FILE_ENV]), connect)
     config = EffectiveConfig.model_validate_json(claim.effective)
-    return run(claim.worker, namespace, sandbox, kubeconfig, config, api, claim)
+    return run(claim.worker, namespace, sandbox, kubeconfig, config, api, claim, model)
 
 
 def run(
@@ -136,6 +144,7 @@ def run(
     config: EffectiveConfig,
     api: kube.Api | None = None,
     claim: Claim | None = None,
+    model: Prepared | None = None,
 ) -> int:
     # SIGTERM (the pod is going away) ends the process from here on, whatever it is doing;
     # the `finally` clauses still close the loop and flush the last report. A container's
@@ -188,6 +197,7 @@ def run(
     try:
         if not connect_mcp(servers, toolbox, bus, reporter):
             return 1
+        client = client_for(config, _api_key(config.api_key_secret), config.script, model)
         return _run_loop(
             storage,
             namespace,
@@ -195,6 +205,7 @@ def run(
             body,
             spec,
             config,
+            client,
             toolbox,
             skills,
             inputs_note,
@@ -259,6 +270,7 @@ def _run_loop(
     body: dict[str, Any],
     spec: WorkerSpec,
     config: EffectiveConfig,
+    client: ModelClient,
     toolbox: Toolbox,
     skills: list[Skill],
     inputs_note: str,
@@ -283,7 +295,7 @@ def _run_loop(
 
     loop = AgentLoop(
         config,
-        client_for(config, _api_key(config), config.script),
+        client,
         toolbox,
         bus,
         on_status,
@@ -304,7 +316,7 @@ def _run_loop(
         if spec.initial_message and delivered == 0:
             loop.send(inputs_note + spec.initial_message)
         code = _interruptible(
-            lambda: _serve(storage, namespace, name, spec, loop, reporter, finished, delivered)
+            lambda: _serve(storage, body, spec, loop, reporter, finished, delivered)
         )
     except LoopClosed:
         code = 1
@@ -315,8 +327,7 @@ def _run_loop(
 
 def _serve(
     storage: Storage,
-    namespace: str,
-    name: str,
+    body: dict[str, Any],
     spec: WorkerSpec,
     loop: AgentLoop,
     reporter: Reporter,
@@ -325,19 +336,25 @@ def _serve(
 ) -> int:
     """Deliver queries and watch for a kill until the run ends.
 
-    One watch of the Worker (`agentworkers.kube.watch`). The run's own status reports
-    come back on it as events, which is when it checks whether a non-interactive run has
-    answered (and so is Done). A broken watch is opened again after a second.
+    One watch of the Worker (`agentworkers.kube.watch`), from the version the run read
+    (`body`). The run's own status reports come back on it as events, which is when it
+    checks whether a non-interactive run has answered (and so is Done). A broken watch is
+    opened again after a second, from a listing.
     """
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    since: dict[str, Any] | None = body
     while not finished.is_set():
         try:
-            changes = observe(storage.api, "workers", namespace, name=name, heartbeat=WATCH_SECONDS)
-            for kind, body in changes:
+            changes = observe(
+                storage.api, "workers", namespace, name=name, heartbeat=WATCH_SECONDS, since=since
+            )
+            since = None
+            for kind, changed in changes:
                 if finished.is_set():
                     break
-                if body is None or kind == "DELETED":
+                if changed is None or kind == "DELETED":
                     continue
-                current = WorkerSpec.model_validate(body["spec"])
+                current = WorkerSpec.model_validate(changed["spec"])
                 if current.kill is not None:
                     loop.spans.killed(current.kill.reason)
                     return 0  # the operator records the kill and removes the pod

@@ -26,7 +26,7 @@ from agentworkers.api.names import (
 from agentworkers.api.worker import WorkerSpec
 from agentworkers.api.workerpod import WarmPool
 from agentworkers.core import pools
-from agentworkers.core.effective import resolve
+from agentworkers.core.effective import ModelEndpoint, resolve
 from agentworkers.core.pods import build_pod
 from agentworkers.core.pools import Claim, PoolPod, plan_pool
 from agentworkers.errors import WarmPodMismatchError
@@ -184,7 +184,10 @@ def test_a_warm_pod_is_the_template_less_its_run_waiting_for_a_claim() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert "AGENTWORKERS_WORKER" not in env and "AGENTWORKERS_EFFECTIVE_CONFIG" not in env
     assert env[pools.WARM_REVISION_ENV] == "planner-2"
-    assert env[pools.WARM_PROVIDER_ENV] == "scripted"
+    # What a warm runtime builds its model client from ahead of a claim: a plain run's.
+    assert ModelEndpoint.model_validate_json(env[pools.WARM_MODEL_ENV]) == ModelEndpoint(
+        provider="scripted"
+    )
     assert container["args"] == ["--warm", "--namespace=team"]
     assert warm["spec"]["serviceAccountName"] == "warm-planner-1a2b"
     claim_volume = next(v for v in warm["spec"]["volumes"] if v["name"] == "claim")

@@ -156,3 +156,20 @@ def test_a_watch_opened_on_a_connection_that_never_answers_gives_up_soon(
         with pytest.raises(ApiError):
             attempt()
         assert time.monotonic() - started < 5
+
+
+def test_observe_from_an_object_just_read_watches_from_its_version_without_listing(
+    api: tuple[Api, _Server],
+) -> None:
+    """The runtime reads its Worker, then follows it: the object read stands for the
+    first listing (one request fewer a run), and nothing after its version is missed."""
+    client, server = api
+    changes = watch.observe(client, "workers", "ns", name="w", heartbeat=300, since=_worker("5"))
+    seen = [next(changes) for _ in range(3)]
+    assert [(kind, body and body["metadata"]["resourceVersion"]) for kind, body in seen] == [
+        ("ADDED", "5"),
+        ("SYNCED", None),
+        ("MODIFIED", "6"),
+    ]
+    assert [q.get("resourceVersion") for q in server.requests] == [["5"]]  # a watch, no list
+    changes.close()

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from agentworkers.core.effective import EffectiveConfig
+from agentworkers.core.effective import EffectiveConfig, ModelEndpoint
 from agentworkers.runtime.events import EventBus, EventKind
 from agentworkers.runtime.loop import FAILED, AgentLoop, ModelRefused, ReplyCut
 from agentworkers.runtime.models import Message, ModelClient, ModelError, Params, ToolCall
-from agentworkers.runtime.providers import client_for
+from agentworkers.runtime.providers import client_for, prepare
 from agentworkers.runtime.providers.anthropic_messages import AnthropicMessages, conversation
 from agentworkers.runtime.providers.openai_chat import OpenAIChat, limit_field
 from agentworkers.runtime.tools import Sandbox, Toolbox
@@ -439,3 +439,29 @@ def test_client_for_picks_the_driver(server: ModelServer) -> None:
     anthropic_model = client_for(anthropic_config, api_key="k")
     assert isinstance(anthropic_model, AnthropicMessages)
     assert anthropic_model.base_url == "https://api.anthropic.com"
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_client_built_ahead_serves_a_run_of_its_endpoint_and_key_with_the_run_s_model(
+    provider: str, server: ModelServer
+) -> None:
+    """A warm pod builds its model client before its claim; the run that claims it uses
+    that client, with its own model, when its endpoint and key are the same."""
+    url = server.openai_url if provider == "openai" else server.anthropic_url
+    endpoint = ModelEndpoint(provider=provider, base_url=url)  # type: ignore[arg-type]
+    prepared = prepare(endpoint, "k")
+    assert prepared is not None
+    run = EffectiveConfig(agent="a", provider=provider, model="the-run-s", base_url=url)  # type: ignore[arg-type]
+    client = client_for(run, api_key="k", prepared=prepared)
+    assert client is prepared.client
+    server.turns = [Turn(text="hello")]
+    assert ask(client).content == "hello"
+    assert server.bodies()[0]["model"] == "the-run-s"
+    # Another endpoint or key: a client of its own.
+    assert client_for(run, api_key="other", prepared=prepared) is not prepared.client
+    elsewhere = run.model_copy(update={"base_url": url + "/elsewhere"})
+    assert client_for(elsewhere, api_key="k", prepared=prepared) is not prepared.client
+
+
+def test_a_scripted_agent_has_no_client_to_build_ahead() -> None:
+    assert prepare(ModelEndpoint(provider="scripted"), None) is None

@@ -30,3 +30,22 @@ def test_a_claim_renamed_into_place_wakes_the_waiting_runtime(tmp_path: Path) ->
     began = time.monotonic()
     assert claims.wait_for_claim(path) == CLAIM
     assert time.monotonic() - began < claims.CLAIM_POLL  # woken by the change, not the poll
+
+
+def test_a_waiting_runtime_keeps_its_connections_between_claim_reads(tmp_path: Path) -> None:
+    """While it waits, `meanwhile` (the runtime's requests that keep its connections to
+    the API server open) runs every `every` seconds, and never after the claim."""
+    path = tmp_path / "claim"
+    path.write_text("")
+    kept: list[float] = []
+
+    def claim() -> None:
+        time.sleep(0.35)
+        path.write_text(CLAIM.model_dump_json(by_alias=True))
+
+    threading.Thread(target=claim).start()
+    began = time.monotonic()
+    assert claims.wait_for_claim(path, lambda: kept.append(time.monotonic()), every=0.1) == CLAIM
+    ended = time.monotonic()
+    assert 2 <= len(kept) <= 4
+    assert all(began + 0.1 <= at < ended for at in kept)
