@@ -34,6 +34,7 @@ from agentworkers.api.names import BINDING_ANNOTATION
 from agentworkers.client import Client
 from agentworkers.core.clocks import now
 from agentworkers.core.effective import EffectiveConfig, ModelEndpoint
+from agentworkers.core.objects import meta
 from agentworkers.core.pods import EFFECTIVE_CONFIG_ENV, SECRETS_DIR
 from agentworkers.core.pools import (
     CLAIM_FILE_ENV,
@@ -341,7 +342,7 @@ def _serve(
     checks whether a non-interactive run has answered (and so is Done). A broken watch is
     opened again after a second, from a listing.
     """
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    namespace, name = meta(body).namespace, meta(body).name
     since: dict[str, Any] | None = body
     while not finished.is_set():
         try:
